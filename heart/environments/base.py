@@ -1,0 +1,90 @@
+"""The environment interface: tasks, tools into ToolFace, execution, and scoring.
+
+An :class:`Environment` is the benchmark (its task list, its tool catalog); an
+:class:`EnvironmentSession` is one live episode of one task: its own copy of the tool
+state, the executable tools bound to that state, a log of every call that ran, and the
+benchmark's own checker to score the episode at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from heart.toolface import Tool, ToolSpec
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call by name with keyword arguments (gold calls, executed calls)."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark task: one or more user turns, and the gold calls when known."""
+
+    task_id: str
+    env: str
+    turns: list[str]
+    """The user's query for each turn (BFCL multi-turn has several, AgentDojo one)."""
+    gold: list[list[ToolCall]] | None = None
+    """Gold calls per turn, in order; used by gold-guided teachers and faithfulness tests."""
+    gold_response: list[str] | None = None
+    """What a correct final answer should contain per turn, when the benchmark says so."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EpisodeScore:
+    """The benchmark's own verdict on an episode."""
+
+    score: float
+    success: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolExecutionError(RuntimeError):
+    """The tool ran and reported an error (the benchmark's own error, not ours)."""
+
+
+class EnvironmentSession(Protocol):
+    """One live episode. Tools in ``tools`` act on this session's state only."""
+
+    task: Task
+    tools: list[Tool]
+
+    def start_turn(self, turn: int) -> None:
+        """Begin user turn ``turn``: later tool calls are logged under it."""
+
+    def clarify(self, question: str) -> str:
+        """The environment's user answers a clarification question."""
+
+    def finish_turn(self, turn: int, response: str) -> None:
+        """Record the agent's final natural-language response for the turn."""
+
+    def executed_calls(self) -> list[list[ToolCall]]:
+        """Every call that ran, per turn (including calls whose tool reported an error)."""
+
+    def score(self) -> EpisodeScore:
+        """Score the episode with the benchmark's own checker."""
+
+
+class Environment(Protocol):
+    """A benchmark: its tasks, its tool catalog, and sessions over its tasks."""
+
+    name: str
+
+    def task_ids(self, split: str | None = None) -> list[str]:
+        """All task ids, or those of one split ("train", "dev", "test"), in a stable order."""
+
+    def load_task(self, task_id: str) -> Task:
+        """The task with this id; raises KeyError naming the id when there is none."""
+
+    def catalog(self) -> list[ToolSpec]:
+        """Every tool schema this benchmark can offer (for indexing ToolFace once)."""
+
+    def start(self, task: Task) -> EnvironmentSession:
+        """A fresh session for ``task``, with its own tool state."""
