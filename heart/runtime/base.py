@@ -44,6 +44,9 @@ class Generation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
+    meta: dict = field(default_factory=dict)
+    """Facts about the answer that are not text (e.g. a teacher's injected fault), copied
+    into the trace event's ``extra``."""
 
 
 @runtime_checkable

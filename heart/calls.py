@@ -1,0 +1,90 @@
+"""Role calls: send messages to the backend, parse the answer, record a trace event.
+
+This is the single place where a role meets a model, so every role call is traced the
+same way and a malformed output becomes a recorded parse failure, never a crash.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from heart.roles.common import ParseResult
+from heart.runtime.base import Backend, Generation, SamplingConfig
+from heart.traces import TraceEvent, TraceWriter
+
+
+@dataclass
+class EpisodeContext:
+    """Identifies the episode a role call belongs to (copied into each trace event)."""
+
+    episode_id: str
+    task_id: str
+    env: str
+    turn: int = 0
+
+
+@dataclass
+class RoleCall:
+    role: str
+    messages: list[dict[str, str]]
+    generation: Generation
+    result: ParseResult
+    event: TraceEvent
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+
+class RoleClient:
+    """Calls roles through one backend and writes one trace event per call."""
+
+    def __init__(self, backend: Backend, context: EpisodeContext, trace: TraceWriter | None = None,
+                 sampling: dict[str, SamplingConfig] | None = None):
+        self.backend = backend
+        self.context = context
+        self.trace = trace
+        self.sampling = sampling or {}
+
+    def call(self, role: str, messages: list[dict[str, str]], parse: Callable[[str], ParseResult],
+             attempt: int, step: int | None = None, record: bool = True) -> RoleCall:
+        start = time.perf_counter()
+        try:
+            generation = self.backend.generate(role, messages, self.sampling.get(role))
+        except Exception as err:  # infrastructure failure: recorded like a bad output
+            generation = Generation(text="", backend=getattr(self.backend, "name", "?"),
+                                    latency_s=time.perf_counter() - start)
+            result: ParseResult = ParseResult(None, f"backend error: {type(err).__name__}: {err}")
+        else:
+            result = parse(generation.text)
+        event = TraceEvent(
+            episode_id=self.context.episode_id,
+            task_id=self.context.task_id,
+            env=self.context.env,
+            turn=self.context.turn,
+            attempt=attempt,
+            step=step,
+            role=role,
+            backend=generation.backend,
+            adapter=generation.adapter,
+            messages=messages,
+            raw_output=generation.text,
+            parsed=result.value.model_dump(mode="json") if result.ok else None,
+            parse_error=result.error,
+            latency_s=round(generation.latency_s, 4),
+            prompt_tokens=generation.prompt_tokens,
+            completion_tokens=generation.completion_tokens,
+            extra=dict(generation.meta),
+        )
+        call = RoleCall(role, messages, generation, result, event)
+        if record:
+            self.record(call)
+        return call
+
+    def record(self, call: RoleCall, **extra: Any) -> None:
+        call.event.extra.update(extra)
+        if self.trace is not None:
+            self.trace.write(call.event)

@@ -1,0 +1,84 @@
+"""One episode: every user turn of one task through the HEART loop, then the benchmark's score.
+
+The episode id is a pure function of (environment, task id, seed, backend name), so a
+resumed collection recognises the episodes it already finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from heart.calls import EpisodeContext, RoleClient
+from heart.environments.base import Environment, Task
+from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, _quiet
+from heart.primitives import summarize
+from heart.runtime.base import Backend, SamplingConfig
+from heart.toolface import ToolFace
+from heart.traces import EpisodeRecord, TraceWriter
+
+
+def episode_id(env: str, task_id: str, seed: int, backend: str) -> str:
+    return hashlib.sha256(f"{env}\x00{task_id}\x00{seed}\x00{backend}".encode()).hexdigest()[:20]
+
+
+@dataclass
+class EpisodeResult:
+    record: EpisodeRecord
+    turns: list[TurnResult]
+
+
+def run_episode(
+    environment: Environment,
+    task: Task,
+    backend: Backend,
+    *,
+    config: LoopConfig = LoopConfig(),
+    trace: TraceWriter | None = None,
+    seed: int = 0,
+    observe: Observer = _quiet,
+    ask_user: Callable[[str], str] | None = None,
+    sampling: dict[str, SamplingConfig] | None = None,
+    cache_dir: Path | None = None,
+) -> EpisodeResult:
+    """Run ``task`` turn by turn, score it with the benchmark's checker, trace everything."""
+    start = time.perf_counter()
+    session = environment.start(task)
+    toolface = ToolFace(session.tools, cache_dir=cache_dir)
+    context = EpisodeContext(episode_id(task.env, task.task_id, seed, backend.name), task.task_id, task.env)
+    loop = HeartLoop(RoleClient(backend, context, trace, sampling), toolface,
+                     ask_user or session.clarify, config, observe)
+
+    conversation: list[dict[str, str]] = []
+    turns: list[TurnResult] = []
+    for turn, query in enumerate(task.turns):
+        context.turn = turn
+        session.start_turn(turn)
+        observe("turn", {"turn": turn, "query": query})
+        result = loop.solve(query, conversation)
+        session.finish_turn(turn, result.response)
+        observe("turn_end", {"turn": turn, "result": result})
+        turns.append(result)
+        conversation.append({"user": query, "response": summarize(result.response, 300)})
+
+    score = session.score()
+    record = EpisodeRecord(
+        episode_id=context.episode_id,
+        task_id=task.task_id,
+        env=task.env,
+        score=score.score,
+        success=score.success,
+        verdicts=[t.verdict for t in turns],
+        replans_used=[t.replans_used for t in turns],
+        checker=score.details,
+        backend=backend.name,
+        seed=seed,
+        wall_s=round(time.perf_counter() - start, 3),
+    )
+    if trace is not None:
+        trace.write(record)
+    observe("score", {"record": record})
+    return EpisodeResult(record, turns)

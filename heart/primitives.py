@@ -1,0 +1,263 @@
+"""Tool Primitives (the deterministic part): bind, execute, and wrap the outcome.
+
+The Primitive role proposes arguments; this module binds them against the tool's JSON
+schema — type coercion, enum matching, required fields, defaults — validates the result
+with jsonschema, executes the tool under a timeout, and returns the SUCCESS / FAILURE
+envelope with a typed ``failure_type``:
+
+- SCHEMA_RESOLUTION: the arguments do not fit the schema (unknown or missing parameter,
+  a value that cannot be coerced, a reference that does not resolve);
+- CONSTRAINT_VIOLATION: the arguments fit the schema's shape but break one of its
+  constraints (enum, range, pattern…);
+- RUNTIME_ERROR: the tool ran and failed, raised, or timed out.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import inspect
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import jsonschema
+
+from heart.toolface import Tool
+
+SCHEMA_RESOLUTION = "SCHEMA_RESOLUTION"
+CONSTRAINT_VIOLATION = "CONSTRAINT_VIOLATION"
+RUNTIME_ERROR = "RUNTIME_ERROR"
+
+SUMMARY_CHARS = 400
+
+
+@dataclass
+class Envelope:
+    """What a Tool Primitive returns for one dispatch."""
+
+    status: str
+    """SUCCESS or FAILURE."""
+    tool: str
+    bound_arguments: dict[str, Any] = field(default_factory=dict)
+    result: Any = None
+    summary: str = ""
+    failure_type: str | None = None
+    details: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "SUCCESS"
+
+    def to_dict(self) -> dict[str, Any]:
+        row = asdict(self)
+        if self.ok:
+            row.pop("failure_type")
+            row.pop("details")
+        else:
+            row.pop("result")
+        return row
+
+
+def failure(tool: str, failure_type: str, details: str, arguments: dict[str, Any] | None = None) -> Envelope:
+    return Envelope("FAILURE", tool, arguments or {}, failure_type=failure_type, details=details,
+                    summary=f"{failure_type}: {details}")
+
+
+class BindingError(Exception):
+    def __init__(self, failure_type: str, details: str):
+        super().__init__(details)
+        self.failure_type = failure_type
+        self.details = details
+
+
+# -- coercion ----------------------------------------------------------------------------
+
+_TRUE = {"true", "yes", "y", "1", "on"}
+_FALSE = {"false", "no", "n", "0", "off"}
+
+
+def _coerce(value: Any, schema: dict[str, Any], where: str) -> Any:
+    """Coerce ``value`` towards ``schema``'s type where the intent is unambiguous."""
+    kind = schema.get("type")
+    if value is None or kind is None or isinstance(kind, list):
+        return value
+    try:
+        if kind == "integer":
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, str):
+                return int(value.strip())
+        elif kind == "number":
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, str):
+                return float(value.strip())
+        elif kind == "boolean":
+            if isinstance(value, str):
+                lowered = value.strip().lower()
+                if lowered in _TRUE:
+                    return True
+                if lowered in _FALSE:
+                    return False
+                raise ValueError
+            if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+                return bool(value)
+        elif kind == "string":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return str(value)
+        elif kind == "array":
+            if isinstance(value, str) and value.strip().startswith("["):
+                value = json.loads(value)
+            if not isinstance(value, list):
+                value = [value]
+            items = schema.get("items")
+            if isinstance(items, dict):
+                value = [_coerce(v, items, f"{where}[{i}]") for i, v in enumerate(value)]
+            return value
+        elif kind == "object":
+            if isinstance(value, str) and value.strip().startswith("{"):
+                value = json.loads(value)
+            if isinstance(value, dict):
+                props = schema.get("properties", {})
+                return {k: _coerce(v, props.get(k, {}), f"{where}.{k}") for k, v in value.items()}
+    except (ValueError, json.JSONDecodeError):
+        raise BindingError(SCHEMA_RESOLUTION, f"{where}: cannot read {value!r} as {kind}") from None
+    return value
+
+
+def _match_enum(value: Any, options: list[Any], where: str) -> Any:
+    if value in options:
+        return value
+    if isinstance(value, str):
+        folded = {str(o).casefold(): o for o in options}
+        if value.strip().casefold() in folded:
+            return folded[value.strip().casefold()]
+    raise BindingError(CONSTRAINT_VIOLATION, f"{where}: {value!r} is not one of {options}")
+
+
+def _undefaulted_parameters(fn: Any) -> set[str]:
+    """Parameters the executable takes but does not default itself.
+
+    Only these receive the schema's default: a function's own default wins (BFCL's docs
+    write "None" as a string default that its Python code means as None).
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return set()
+    return {n for n, p in signature.parameters.items() if p.default is inspect.Parameter.empty}
+
+
+def bind_arguments(arguments: dict[str, Any], schema: dict[str, Any], fn: Any = None) -> dict[str, Any]:
+    """Bind proposed ``arguments`` to ``schema``; raises :class:`BindingError`."""
+    properties: dict[str, Any] = schema.get("properties", {})
+    required = list(schema.get("required", []))
+    unknown = [k for k in arguments if k not in properties]
+    if unknown and schema.get("additionalProperties") is not True:
+        raise BindingError(
+            SCHEMA_RESOLUTION,
+            f"unknown parameter(s) {', '.join(map(repr, unknown))}; the tool takes {sorted(properties)}",
+        )
+    bound: dict[str, Any] = {}
+    for name, value in arguments.items():
+        spec = properties.get(name, {})
+        if value is None and name not in required:
+            continue  # an explicit null for an optional parameter means "not given"
+        value = _coerce(value, spec, name)
+        if "enum" in spec:
+            value = _match_enum(value, spec["enum"], name)
+        bound[name] = value
+    needs_default = _undefaulted_parameters(fn) if fn is not None else set()
+    for name, spec in properties.items():
+        if name not in bound and "default" in spec and name in needs_default:
+            bound[name] = spec["default"]
+    missing = [r for r in required if r not in bound]
+    if missing:
+        raise BindingError(SCHEMA_RESOLUTION, f"missing required parameter(s) {', '.join(map(repr, missing))}")
+    try:
+        jsonschema.validate(bound, {**schema, "type": "object"})
+    except jsonschema.ValidationError as err:
+        where = ".".join(str(p) for p in err.absolute_path) or "<arguments>"
+        raise BindingError(CONSTRAINT_VIOLATION, f"{where}: {err.message}") from None
+    return bound
+
+
+# -- execution ---------------------------------------------------------------------------
+
+def summarize(result: Any, limit: int = SUMMARY_CHARS) -> str:
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> Envelope:
+    """Bind ``arguments`` and run ``tool`` under a timeout; never raises."""
+    name = tool.name
+    try:
+        bound = bind_arguments(arguments, tool.spec.parameters, tool.fn)
+    except BindingError as err:
+        return failure(name, err.failure_type, err.details, arguments)
+    # A thread, not a process: tools act on in-memory environment state. A timed-out call
+    # cannot be killed; it is abandoned and reported, which is what the loop needs.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(tool.fn, **bound)
+    try:
+        result = future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        return failure(name, RUNTIME_ERROR, f"timed out after {timeout_s:g}s", bound)
+    except Exception as err:  # the tool's own failure, reported as data
+        return failure(name, RUNTIME_ERROR, f"{type(err).__name__}: {err}", bound)
+    finally:
+        pool.shutdown(wait=False)
+    return Envelope("SUCCESS", name, bound, result=result, summary=summarize(result))
+
+
+# -- $step_j.field references ------------------------------------------------------------
+
+REFERENCE = re.compile(r"\$step_(\d+)((?:\.[A-Za-z0-9_\-]+)*)")
+_ENVELOPE_KEYS = {"result", "bound_arguments", "summary", "status", "tool"}
+
+
+def _lookup(envelope: Envelope, path: list[str], ref: str) -> Any:
+    if path and path[0] in _ENVELOPE_KEYS:
+        value: Any = getattr(envelope, path[0])
+        path = path[1:]
+    else:
+        value = envelope.result
+    for key in path:
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            raise BindingError(SCHEMA_RESOLUTION, f"reference {ref} does not resolve: no field {key!r}")
+    return value
+
+
+def resolve_references(bindings: dict[str, Any], results: dict[int, Envelope]) -> dict[str, Any]:
+    """Replace ``$step_j.field`` references with values from earlier steps' results."""
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolve(v) for v in value]
+        if not isinstance(value, str) or "$step_" not in value:
+            return value
+
+        def target(match: re.Match) -> Any:
+            step = int(match.group(1))
+            envelope = results.get(step)
+            if envelope is None or not envelope.ok:
+                raise BindingError(SCHEMA_RESOLUTION,
+                                   f"reference {match.group(0)} points to step {step}, which has no successful result")
+            return _lookup(envelope, [p for p in match.group(2).split(".") if p], match.group(0))
+
+        whole = REFERENCE.fullmatch(value.strip())
+        if whole:
+            return target(whole)
+        return REFERENCE.sub(lambda m: summarize(target(m), 10_000), value)
+
+    return {k: resolve(v) for k, v in bindings.items()}

@@ -1,0 +1,86 @@
+"""What the four roles share: rendering an input block, and extracting + validating JSON.
+
+Every role is one prompt template, one parser and one output model. A parser never raises
+on bad model output: it returns a :class:`ParseResult` whose ``error`` says what was wrong,
+and the loop records it as a failed role call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def render_input(instruction: str, payload: dict[str, Any]) -> str:
+    """The user message of a role call: one instruction line and a JSON input block.
+
+    Keeping the input as JSON makes every role call machine-readable for teachers and
+    dataset filters, and gives students one stable shape to learn.
+    """
+    block = json.dumps(payload, ensure_ascii=False, indent=1, default=str)
+    return f"{instruction}\n\nINPUT:\n```json\n{block}\n```"
+
+
+def read_input(user_message: str) -> dict[str, Any]:
+    """Inverse of :func:`render_input`: the JSON payload of a role call's user message."""
+    start = user_message.index("INPUT:\n```json\n") + len("INPUT:\n```json\n")
+    end = user_message.rindex("\n```")
+    return json.loads(user_message[start:end])
+
+
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` (after dropping any <think> block and code fences).
+
+    Raises ValueError with a short reason when there is none.
+    """
+    text = _THINK.sub("", text)
+    decoder = json.JSONDecoder()
+    position = text.find("{")
+    if position < 0:
+        raise ValueError("no JSON object in the output")
+    last_error = None
+    while position >= 0:
+        try:
+            value, _ = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as err:
+            last_error = err
+        else:
+            if isinstance(value, dict):
+                return value
+        position = text.find("{", position + 1)
+    raise ValueError(f"no valid JSON object in the output ({last_error.msg} at char {last_error.pos})")
+
+
+@dataclass(frozen=True)
+class ParseResult(Generic[T]):
+    """A parsed role output, or the reason it could not be parsed."""
+
+    value: T | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def parse_model(text: str, model: type[T]) -> ParseResult[T]:
+    """Extract the JSON object from ``text`` and validate it against ``model``."""
+    try:
+        data = extract_json_object(text)
+    except ValueError as err:
+        return ParseResult(None, str(err))
+    try:
+        return ParseResult(model.model_validate(data))
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()[:5]
+        )
+        return ParseResult(None, f"output does not match the {model.__name__} schema: {problems}")

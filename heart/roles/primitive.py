@@ -1,0 +1,72 @@
+"""Tool Primitive (the model part): resolve a natural-language request against one schema.
+
+The Primitive is the only role that sees a tool's full JSON schema. It answers with the
+arguments to call the tool with; binding (coercion, enums, required fields, defaults),
+execution and the SUCCESS / FAILURE envelope are done by :mod:`heart.primitives`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from heart.roles.common import ParseResult, parse_model, render_input
+
+ROLE = "primitive"
+
+SYSTEM_PROMPT = """You are a Tool Primitive: you wrap exactly one tool.
+Given a natural-language invocation request, bindings already resolved by the Router, and your tool's JSON schema, you produce the arguments to call the tool with.
+Rules:
+- Use the parameter names and types of the schema exactly; include every required parameter.
+- Keep the resolved bindings' values unless the request clearly says otherwise.
+- Leave out optional parameters the request does not mention.
+- If the request cannot be satisfied with this tool's schema, say so.
+Answer with one JSON object and nothing else, in one of these forms:
+{"tool": "<tool name>", "arguments": {"<parameter>": <value>}}
+{"status": "UNRESOLVABLE", "tool": "<tool name>", "reason": "..."}"""
+
+SHORT_SYSTEM_PROMPT = "You are a HEART Tool Primitive. Answer with the arguments JSON."
+
+INSTRUCTION = "Resolve this request into arguments for your tool."
+
+
+class PrimitiveOutput(BaseModel):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["RESOLVED", "UNRESOLVABLE"] = "RESOLVED"
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _reasoned(self) -> "PrimitiveOutput":
+        if self.status == "UNRESOLVABLE" and not self.reason.strip():
+            raise ValueError("UNRESOLVABLE needs a reason")
+        return self
+
+
+def tool_card(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+def build_messages(
+    invocation_request: str,
+    resolved_bindings: dict[str, Any],
+    tool: dict[str, Any],
+    system_prompt: str = SYSTEM_PROMPT,
+) -> list[dict[str, str]]:
+    payload = {
+        "invocation_request": invocation_request,
+        "resolved_bindings": resolved_bindings,
+        "tool": tool,
+    }
+    return [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": render_input(INSTRUCTION, payload)},
+    ]
+
+
+def parse(text: str, tool_name: str) -> ParseResult[PrimitiveOutput]:
+    result = parse_model(text, PrimitiveOutput)
+    if result.ok and result.value.tool != tool_name:
+        return ParseResult(None, f"output names tool {result.value.tool!r}, but this primitive wraps {tool_name!r}")
+    return result
