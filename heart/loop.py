@@ -118,13 +118,13 @@ class HeartLoop:
                 continue
             attempt.plan = plan
 
-            dispatch = self.route(query, plan, conversation, executed, attempt)
-            if dispatch is None:
-                feedback = attempt.feedback
-                continue
-            attempt.dispatch = dispatch
-
-            attempt.results = self.execute(dispatch, b)
+            if plan.plan:  # an empty plan goes straight to the Verifier
+                dispatch = self.route(query, plan, conversation, executed, attempt)
+                if dispatch is None:
+                    feedback = attempt.feedback
+                    continue
+                attempt.dispatch = dispatch
+                attempt.results = self.execute(dispatch, b)
             executed += [{"step": s, "attempt": b, "tool": r.tool, "status": r.status, "summary": r.summary}
                          for s, r in attempt.results.items() if r.status != "SKIPPED"]
 

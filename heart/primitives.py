@@ -169,6 +169,8 @@ def bind_arguments(arguments: dict[str, Any], schema: dict[str, Any], fn: Any = 
         value = _coerce(value, spec, name)
         if "enum" in spec:
             value = _match_enum(value, spec["enum"], name)
+        elif isinstance(value, list) and "enum" in spec.get("items", {}):
+            value = [_match_enum(v, spec["items"]["enum"], f"{name}[{i}]") for i, v in enumerate(value)]
         bound[name] = value
     needs_default = _undefaulted_parameters(fn) if fn is not None else set()
     for name, spec in properties.items():

@@ -125,10 +125,8 @@ class Embedder:
         return np.stack([vectors[k] for k in keys]).astype(np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        with _embedder_lock:
-            model = _load_embedder()
-            vector = model.encode([text], normalize_embeddings=True, convert_to_numpy=True)
-        return vector.astype(np.float32)
+        # Queries repeat across seeds, teachers and re-runs of a split: cache them like docs.
+        return self.embed([text])
 
 
 class ToolFace:

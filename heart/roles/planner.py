@@ -21,7 +21,7 @@ Given the user's query, the conversation so far and the available tools (name an
 3. if SUFFICIENT, write a plan: an ordered list of steps, each using exactly one available tool, with a one-sentence objective and the earlier steps it depends on;
 4. if INSUFFICIENT, ask one precise clarification question.
 Rules:
-- Use only tools from "available_tools". Prefer the fewest steps that fully satisfy the query.
+- Use only tools from "available_tools". Prefer the fewest steps that fully satisfy the query. If no available tool can serve the request, return an empty plan.
 - A detail that a tool can look up is not missing: plan the lookup instead of asking.
 - If "verifier_feedback" is present, an earlier attempt failed: fix exactly what it says. Steps listed in "executed_so_far" with status SUCCESS already changed the world: do not repeat them.
 - Answer with one JSON object and nothing else, in one of these forms:
@@ -86,8 +86,8 @@ def build_messages(
 def parse(text: str, known_tools: set[str]) -> ParseResult[PlannerOutput]:
     result = parse_model(text, PlannerOutput)
     if result.ok and result.value.status == "SUFFICIENT":
-        if not result.value.plan:
-            return ParseResult(None, "SUFFICIENT plan has no steps")
+        # An empty plan is legitimate: nothing the tools can do (or nothing left to do);
+        # the Verifier then judges the answer without any execution.
         unknown = [s.tool for s in result.value.plan if s.tool not in known_tools]
         if unknown:
             return ParseResult(None, f"plan uses tools that do not exist: {', '.join(map(repr, unknown))}")

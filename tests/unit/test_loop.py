@@ -198,3 +198,13 @@ def test_retry_reruns_execution_on_runtime_errors(world):
     loop, _ = make_loop(script, toolface, trace_path)
     result = loop.solve("call the flaky service")
     assert result.verdict == "PASS" and files.flaky_calls == 2 and script.count("primitive") == 1
+
+
+def test_an_empty_plan_skips_routing_and_goes_to_the_verifier(world):
+    _, toolface, trace_path = world
+    script = Script(planner=[{"status": "SUFFICIENT", "intent": "weather", "plan": []}],
+                    verifier=[dict(PASS, response="No tool can tell the weather.")])
+    loop, _ = make_loop(script, toolface, trace_path)
+    result = loop.solve("what's the weather?")
+    assert result.verdict == "PASS" and script.count("router") == 0 and script.count("primitive") == 0
+    assert [p for role, p in script.calls if role == "verifier"][0]["results"] == []

@@ -36,6 +36,15 @@ def test_matches_enums_case_insensitively_and_rejects_others():
     assert err.value.failure_type == CONSTRAINT_VIOLATION
 
 
+def test_enums_on_array_items_are_matched_per_item():
+    schema = {"type": "object", "properties": {"doors": {"type": "array", "items": {"type": "string",
+                                                                                    "enum": ["driver", "rear_left"]}}}}
+    assert bind_arguments({"doors": ["Driver", "rear_left"]}, schema) == {"doors": ["driver", "rear_left"]}
+    with pytest.raises(BindingError) as err:
+        bind_arguments({"doors": ["driver", "trunk"]}, schema)
+    assert err.value.failure_type == CONSTRAINT_VIOLATION and "doors[1]" in err.value.details
+
+
 def test_missing_required_and_unknown_parameters_are_schema_failures():
     with pytest.raises(BindingError) as err:
         bind_arguments({"count": 1}, SCHEMA)

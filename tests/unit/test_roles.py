@@ -39,6 +39,11 @@ def test_planner_parses_a_good_plan():
     assert result.ok and [s.tool for s in result.value.plan] == ["cd", "mv"]
 
 
+def test_planner_accepts_an_empty_plan_when_no_tool_serves_the_request():
+    result = planner.parse('{"status": "SUFFICIENT", "intent": "weather", "plan": []}', TOOLS)
+    assert result.ok and result.value.plan == []
+
+
 def test_planner_parses_a_clarification():
     result = planner.parse('{"status": "INSUFFICIENT", "clarification": "Which file?"}', TOOLS)
     assert result.ok and result.value.clarification == "Which file?"
@@ -48,7 +53,6 @@ def test_planner_parses_a_clarification():
     ("I will move the file.", "no JSON object"),
     ('{"status": "MAYBE"}', "status"),
     ('{"status": "INSUFFICIENT"}', "clarification"),
-    ('{"status": "SUFFICIENT", "plan": []}', "no steps"),
     ('{"status": "SUFFICIENT", "plan": [{"step": 1, "tool": "rm"}]}', "do not exist"),
     ('{"status": "SUFFICIENT", "plan": [{"step": 2, "tool": "cd"}]}', "numbered"),
     ('{"status": "SUFFICIENT", "plan": [{"step": 1, "tool": "cd", "depends_on": [1]}]}', "depends"),

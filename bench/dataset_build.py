@@ -1,0 +1,193 @@
+"""Benchmark: how fast traces become role datasets.
+
+    python bench/dataset_build.py                 # 20,000 episodes (~200k trace rows)
+    python bench/dataset_build.py --episodes 2000 # a quick look
+
+Writes a synthetic collection run (two shards, episodes interleaved as concurrent
+collection writes them, message sizes like HEART's prompts: long fixed system prompts,
+task-specific user messages, JSON answers; re-plans, failing primitives, injected faults,
+failed and killed episodes, repeated tasks, a torn last line) into a temporary folder, then
+measures side by side in one run:
+
+1. a bare ``read_trace`` pass over the shards (JSON parsing only: the floor), and
+2. ``build_role_datasets`` end to end (read, filter, dedupe, split, balance, save, cards),
+   with whitespace token counting so that no tokenizer time is mixed in.
+
+It prints rows read per second, examples written per second, and the build's cost as a
+multiple of the bare read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.build import BuildOptions, build_role_datasets  # noqa: E402
+from heart.traces import TRACE_FORMAT_VERSION, TraceReadStats, read_trace  # noqa: E402
+
+WORDS = ("file directory account balance transfer flight booking ticket message user send "
+         "search create delete update list price stock order vehicle engine door window "
+         "schedule meeting calendar email reply forward attach amount currency date time "
+         "status result argument parameter value schema constraint required optional").split()
+
+
+def paragraph(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def make_prompts(rng: random.Random) -> dict[str, str]:
+    """Fixed system prompts per role (~1.5-2.5 KB, as HEART's Appendix D prompts)."""
+    return {role: f"You are the {role} of HEART. " + paragraph(rng, words)
+            for role, words in (("planner", 380), ("router", 300), ("primitive", 220),
+                                ("verifier", 330))}
+
+
+def write_run(run_dir: Path, episodes: int, seed: int = 0, concurrency: int = 8) -> int:
+    rng = random.Random(seed)
+    prompts = make_prompts(rng)
+    schemas = [paragraph(rng, 150) for _ in range(50)]  # tool schemas inside Primitive prompts
+    n_tasks = max(10, episodes // 10)
+    task_text = {t: paragraph(rng, 60) for t in range(n_tasks)}
+    envs = ("bfcl", "agentdojo")
+    (run_dir / "traces").mkdir(parents=True)
+    shards = [open(run_dir / "traces" / f"shard-{i}.jsonl", "w") for i in range(2)]
+    rows = 0
+
+    def event(ep, role, turn, attempt, step, user, output, extra=None, parse_error=None):
+        return {
+            "episode_id": ep["id"], "task_id": ep["task"], "env": ep["env"], "turn": turn,
+            "attempt": attempt, "step": step, "role": role, "backend": "openai:http://t/v1#teacher",
+            "adapter": None,
+            "messages": [{"role": "system", "content": prompts[role]},
+                         {"role": "user", "content": user}],
+            "raw_output": json.dumps(output), "parsed": None if parse_error else output,
+            "parse_error": parse_error, "latency_s": 0.5, "prompt_tokens": 900,
+            "completion_tokens": 120, "extra": extra or {}, "kind": "event",
+            "version": TRACE_FORMAT_VERSION,
+        }
+
+    def episode_rows(index: int):
+        # A tenth of episodes replay an earlier one's randomness: exact duplicates, as when
+        # a deterministic teacher sees the same task twice.
+        erng = random.Random(seed * 1_000_003 + (index % (episodes * 9 // 10 + 1)))
+        task = erng.randrange(n_tasks)
+        ep = {"id": f"ep{index}", "task": f"task{task}", "env": envs[task % 2]}
+        success = erng.random() < 0.7
+        turns = 1 if erng.random() < 0.7 else erng.randint(2, 3)
+        verdicts, replans = [], []
+        for turn in range(turns):
+            attempts = 1 + (erng.random() < 0.3) + (erng.random() < 0.1)
+            for attempt in range(attempts):
+                last = attempt == attempts - 1
+                feedback = "" if attempt == 0 else " Verifier feedback: " + paragraph(erng, 40)
+                steps = erng.randint(1, 4)
+                plan = {"status": "SUFFICIENT", "plan": [paragraph(erng, 12) for _ in range(steps)]}
+                yield event(ep, "planner", turn, attempt, None,
+                            f"Task: {task_text[task]} Tools: {paragraph(erng, 50)}{feedback}", plan)
+                failed = False
+                for step in range(steps):
+                    fault = {"injected_fault": "wrong_binding"} if erng.random() < 0.03 else {}
+                    dispatch = {"status": "READY", "dispatch": [{"step": step, "target_tool": "t",
+                                "invocation_request": paragraph(erng, 25)}]}
+                    yield event(ep, "router", turn, attempt, step,
+                                f"Plan: {json.dumps(plan)} Step {step}. " + paragraph(erng, 40),
+                                dispatch, extra=fault)
+                    status = "FAILURE" if (not last and step == steps - 1) or erng.random() < 0.05 else "SUCCESS"
+                    failed |= status == "FAILURE"
+                    envelope = {"status": status, "tool": "t", "bound_arguments": {"a": 1},
+                                "result": paragraph(erng, 30)}
+                    yield event(ep, "primitive", turn, attempt, step,
+                                f"Schema: {erng.choice(schemas)} Request: {paragraph(erng, 25)}",
+                                envelope, extra={"envelope": envelope})
+                verdict = "PASS" if last and erng.random() < 0.9 else "FAIL"
+                parse_error = "no JSON object" if erng.random() < 0.02 else None
+                yield event(ep, "verifier", turn, attempt, None,
+                            f"Task: {task_text[task]} Trace: {paragraph(erng, 200)}",
+                            {"verdict": verdict, "criteria": {}, "feedback": paragraph(erng, 30)},
+                            parse_error=parse_error)
+            verdicts.append(verdict)
+            replans.append(attempts - 1)
+        if erng.random() < 0.005:  # killed mid-episode: no record
+            return
+        yield {"episode_id": ep["id"], "task_id": ep["task"], "env": ep["env"],
+               "score": float(success), "success": success, "verdicts": verdicts,
+               "replans_used": replans, "checker": {}, "backend": "teacher", "seed": 0,
+               "wall_s": 3.0, "kind": "episode", "version": TRACE_FORMAT_VERSION}
+
+    # Interleave `concurrency` episodes per shard, as concurrent collection writes them.
+    live: list = []
+    next_index = 0
+    while live or next_index < episodes:
+        while len(live) < concurrency and next_index < episodes:
+            live.append((episode_rows(next_index), shards[next_index % 2]))
+            next_index += 1
+        pick = rng.randrange(len(live))
+        generator, shard = live[pick]
+        row = next(generator, None)
+        if row is None:
+            live.pop(pick)
+            continue
+        shard.write(json.dumps(row) + "\n")
+        rows += 1
+    shards[1].write('{"episode_id": "ep-killed", "kind": "ev')  # torn last line
+    for shard in shards:
+        shard.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=20_000)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="heart-bench-build-"))
+    try:
+        run_dir = root / "run"
+        start = time.perf_counter()
+        written = write_run(run_dir, args.episodes)
+        size_mb = sum(p.stat().st_size for p in (run_dir / "traces").iterdir()) / 2**20
+        print(f"synthetic run: {args.episodes} episodes, {written} rows, {size_mb:.0f} MiB "
+              f"in 2 shards (written in {time.perf_counter() - start:.1f} s)")
+
+        start = time.perf_counter()
+        stats = TraceReadStats()
+        for path in sorted((run_dir / "traces").glob("*.jsonl")):
+            for _ in read_trace(path, stats):
+                pass
+        read_s = time.perf_counter() - start
+        rows = stats.events + stats.episodes
+
+        report = build_role_datasets(run_dir, root / "datasets",
+                                     BuildOptions(token_counter="whitespace"))
+        build_s = report.elapsed_s
+        examples = sum(sum(r["splits"].values()) for r in report.roles.values())
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+        print(f"bare read_trace:  {read_s:6.1f} s  {rows / read_s:9,.0f} rows/s  "
+              f"{size_mb / read_s:6.1f} MiB/s  (torn lines: {stats.torn_lines})")
+        print(f"full build:       {build_s:6.1f} s  {rows / build_s:9,.0f} rows/s  "
+              f"{examples / build_s:9,.0f} examples/s written  ({examples} examples)")
+        print(f"build / bare read: {build_s / read_s:.2f}x   stages (s): {report.timings_s}")
+        print(f"token lengths counted as: {report.token_counter}; peak RSS {peak_mb:,.0f} MiB; "
+              f"{os.cpu_count()} CPU(s)")
+        for role, r in report.roles.items():
+            removed = {k: v for k, v in r["removed"].items() if v}
+            print(f"  {role:<9} {r['splits']}  removed {removed}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Collection: run the HEART loop with a teacher over an environment's tasks, tracing everything.
+
+    heart collect --env bfcl --split train --teacher gold --out runs/bfcl-gold
+
+Episodes run concurrently (bounded), each with its own environment session and teacher.
+Every process writes its own trace shard, so a killed run never leaves a half-written
+episode inside a shard that a later run appends to; ``--resume`` skips episodes whose
+record is already written (episode ids are deterministic from task id + seed + teacher)
+and the dataset builder ignores an episode whose record is missing from its shard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import platform
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from heart.environments import load_environment
+from heart.episode import episode_id, run_episode
+from heart.loop import LoopConfig
+from heart.toolface import Embedder
+from heart.traces import TraceReadStats, TraceWriter, read_trace
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    kind: str
+    """gold, openai or hf."""
+    target: str = ""
+    """The endpoint URL (openai) or the model (hf)."""
+    model: str = ""
+    """The model name for openai ("role" = one model per role, named after the role)."""
+    fault_rate: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """The teacher's backend name, as it appears in traces and episode ids."""
+        if self.kind == "gold":
+            return "gold" if self.fault_rate == 0 else f"gold+faults{self.fault_rate:g}"
+        if self.kind == "openai":
+            return f"openai:{self.target}#{self.model}"
+        return f"hf:{self.target}"
+
+
+def parse_teacher(spec: str, fault_rate: float = 0.0) -> TeacherSpec:
+    """``gold`` | ``openai:<url>#<model>`` | ``hf:<model>`` → :class:`TeacherSpec`."""
+    if spec == "gold":
+        return TeacherSpec("gold", fault_rate=fault_rate)
+    if spec.startswith("openai:"):
+        url, _, model = spec[len("openai:"):].partition("#")
+        if not url or not model:
+            raise ValueError(f"teacher {spec!r}: expected openai:<base_url>#<model> (model 'role' = per-role names)")
+        return TeacherSpec("openai", url, model)
+    if spec.startswith("hf:") and len(spec) > 3:
+        return TeacherSpec("hf", spec[3:])
+    raise ValueError(f"unknown teacher {spec!r}: expected gold, openai:<url>#<model> or hf:<model>")
+
+
+class TeacherFactory:
+    """Builds the backend for one episode (the gold teacher is per task; others are shared)."""
+
+    def __init__(self, spec: TeacherSpec, environment, seed: int):
+        self.spec = spec
+        self.environment = environment
+        self.seed = seed
+        self._shared = None
+        if spec.kind == "openai":
+            from heart.runtime.openai_compat import OpenAIBackend
+
+            model = {r: r for r in ("planner", "router", "primitive", "verifier")} if spec.model == "role" else spec.model
+            self._shared = OpenAIBackend(spec.target, model)
+            self._shared.name = spec.name
+        elif spec.kind == "hf":
+            from heart.runtime.hf import TransformersBackend
+
+            self._shared = TransformersBackend(spec.target)
+            self._shared.name = spec.name
+
+    @property
+    def concurrent(self) -> bool:
+        # One in-process model is not thread-safe; gold and remote teachers are.
+        return self.spec.kind != "hf"
+
+    def __call__(self, task):
+        if self.spec.kind == "gold":
+            from data.teachers import GoldTeacher
+
+            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.spec.fault_rate, seed=self.seed)
+        return self._shared
+
+
+def _versions() -> dict[str, str]:
+    names = ["heart-distill", "bfcl-eval", "agentdojo", "transformers", "peft", "trl", "torch", "datasets"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def finished_episodes(out: Path) -> set[str]:
+    """Episode ids whose episode record is already written in some shard."""
+    done: set[str] = set()
+    for shard in sorted((out / "traces").glob("*.jsonl")):
+        stats = TraceReadStats()
+        done |= {row["episode_id"] for row in read_trace(shard, stats) if row["kind"] == "episode"}
+    return done
+
+
+def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherSpec, task_ids: list[str]) -> None:
+    manifest = {
+        "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
+        "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget,
+        "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
+        "python": platform.python_version(), "packages": _versions(),
+    }
+    path = out / MANIFEST
+    if path.exists():
+        old = json.loads(path.read_text())
+        changed = {k for k in ("env", "split", "teacher", "seeds", "replan_budget") if old.get(k) != manifest[k]}
+        if changed:
+            raise SystemExit(f"error: {out} holds a run with different {sorted(changed)}; "
+                             f"use another --out or the same settings")
+        manifest["resumes"] = old.get("resumes", 0) + 1
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def collect(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    teacher = parse_teacher(args.teacher, args.fault_rate)
+    environment = load_environment(args.env)
+    task_ids = environment.task_ids(args.split)
+    if args.limit:
+        task_ids = task_ids[: args.limit]
+    if (out / "traces").exists() and any((out / "traces").glob("*.jsonl")) and not args.resume:
+        raise SystemExit(f"error: {out} already holds traces; pass --resume to continue it or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_manifest(out, args, teacher, task_ids)
+
+    done = finished_episodes(out)
+    jobs = [(tid, seed) for seed in args.seeds for tid in task_ids
+            if episode_id(args.env, tid, seed, teacher.name) not in done]
+    (out / "traces").mkdir(exist_ok=True)
+    shard = out / "traces" / f"shard-{len(list((out / 'traces').glob('*.jsonl'))):04d}.jsonl"  # one per run
+    factory = TeacherFactory(teacher, environment, seed=0)
+    config = LoopConfig(replan_budget=args.budget)
+    print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(task_ids) * len(args.seeds)} episodes, "
+          f"{len(done)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
+
+    from tqdm import tqdm
+
+    # Embed every query of the run in one batch: one batched pass is far cheaper than one
+    # model call per turn, and ToolFace then finds each query in the embedding cache.
+    Embedder().embed(sorted({q for tid, _ in jobs for q in environment.load_task(tid).turns}))
+
+    lock = threading.Lock()
+    stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errors": 0}
+
+    def one(job):
+        task_id, seed = job
+        task = environment.load_task(task_id)
+        result = run_episode(environment, task, factory(task), config=config, trace=writer, seed=seed)
+        return result
+
+    with TraceWriter(shard) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
+        workers = args.concurrency if factory.concurrent else 1
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(one, job) for job in jobs]
+            for future in concurrent.futures.as_completed(futures):
+                try:
+                    record = future.result().record
+                except Exception as err:  # one broken episode never stops the collection
+                    with lock:
+                        stats["errors"] += 1
+                    print(f"collect: episode failed: {type(err).__name__}: {err}", file=sys.stderr)
+                else:
+                    with lock:
+                        stats["n"] += 1
+                        stats["ok"] += record.success
+                        stats["replans"] += sum(record.replans_used)
+                        stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
+                                                  if v == "PASS" and r > 0)
+                bar.update(1)
+                bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}",
+                                eps=f"{bar.format_dict['n'] / max(bar.format_dict['elapsed'], 1e-9):.2f}")
+    summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shard": str(shard)}
+    (out / "last_collect.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"collect: {stats['ok']}/{stats['n']} episodes valid by the {args.env} checker; "
+          f"{stats['replans']} re-plans, {stats['recovered']} turns recovered after a re-plan; "
+          f"{stats['errors']} episodes errored", file=sys.stderr)
+    return 0 if stats["errors"] == 0 else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
+    parser.add_argument("--split", default="train", choices=["train", "dev", "test"])
+    parser.add_argument("--teacher", default="gold", help="gold | openai:<url>#<model> | hf:<model>")
+    parser.add_argument("--fault-rate", type=float, default=0.0,
+                        help="gold teacher: chance that a dispatch carries an injected fault (default 0)")
+    parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one episode per task per seed")
+    parser.add_argument("--budget", type=int, default=3, help="re-plan budget B")
+    parser.add_argument("--concurrency", type=int, default=8, help="episodes run at once")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N tasks of the split")
+    parser.add_argument("--resume", action="store_true", help="continue a killed run in --out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="heart collect", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return collect(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The named filters that decide which role calls become training examples.
+
+Every rule is named here, in the order the build applies it, with the sentence the dataset
+card prints beside the count of examples it removed. Two kinds of rule:
+
+- event filters (:data:`EVENT_FILTERS`) judge one trace event with the facts of its
+  episode (:class:`EpisodeFacts`): what the environment's checker said, which attempt of
+  each turn the Verifier passed, and where execution visibly failed;
+- dataset rules (:func:`dedupe`, the split rules, :func:`balance_verdicts`) act on the
+  examples that survive, per role.
+
+The principle: Planner, Router and Primitive learn only from verified material (a
+successful episode, the attempt the Verifier passed); the Verifier learns PASS and FAIL,
+labelled by what execution and the checker showed, never by the teacher's own verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+ROLES = ("planner", "router", "primitive", "verifier")
+ACTOR_ROLES = ("planner", "router", "primitive")
+"""The roles that act; they learn only from attempts the Verifier passed in episodes the
+environment scored as a success."""
+
+Event = dict[str, Any]
+Example = dict[str, Any]
+
+
+@dataclass
+class AttemptFacts:
+    """What one (turn, attempt) of an episode showed."""
+
+    verdict: str | None = None
+    """The parsed verdict of the attempt's (last) Verifier call, if any."""
+    visible_failure: bool = False
+    """A Primitive returned FAILURE, or a fault was injected into a non-Verifier output."""
+
+
+@dataclass
+class EpisodeFacts:
+    """An episode's record plus the per-attempt facts the filters need."""
+
+    record: dict[str, Any]
+    attempts: dict[tuple[int, int], AttemptFacts] = field(default_factory=dict)
+    last_attempt: dict[int, int] = field(default_factory=dict)
+    """Turn → its last attempt (the one the turn ended on)."""
+
+    @classmethod
+    def from_events(cls, record: dict[str, Any], events: list[Event]) -> "EpisodeFacts":
+        facts = cls(record=record)
+        for event in events:
+            turn, attempt = event["turn"], event["attempt"]
+            facts.last_attempt[turn] = max(attempt, facts.last_attempt.get(turn, attempt))
+            found = facts.attempts.setdefault((turn, attempt), AttemptFacts())
+            role = event["role"]
+            if role == "verifier":
+                # A fault injected into the Verifier's own output says nothing about whether
+                # execution went wrong; that Verifier example is dropped by its own filter.
+                if event["parse_error"] is None and isinstance(event["parsed"], dict):
+                    found.verdict = event["parsed"].get("verdict")
+                continue
+            if injected_fault(event):
+                found.visible_failure = True
+            if role == "primitive" and envelope_status(event) == "FAILURE":
+                found.visible_failure = True
+        return facts
+
+    @property
+    def success(self) -> bool:
+        return bool(self.record.get("success"))
+
+    def passed_attempt(self, turn: int) -> int | None:
+        """The attempt the Verifier passed in ``turn``: its last attempt, if that one PASSed."""
+        last = self.last_attempt.get(turn)
+        if last is None or self.attempts[(turn, last)].verdict != "PASS":
+            return None
+        return last
+
+    def env_verdict(self, turn: int, attempt: int) -> str | None:
+        """The label execution and the checker give an attempt: PASS, FAIL or None (unknown).
+
+        FAIL when a Primitive failed or a fault was injected in it; PASS when it is the
+        turn's last attempt of an episode the checker accepted; otherwise the evidence is
+        silent (the episode failed somewhere, not visibly here) and the label is unknown.
+        """
+        if self.attempts.get((turn, attempt), AttemptFacts()).visible_failure:
+            return "FAIL"
+        if self.success and attempt == self.last_attempt.get(turn):
+            return "PASS"
+        return None
+
+
+def injected_fault(event: Event) -> str | None:
+    return (event.get("extra") or {}).get("injected_fault")
+
+
+def envelope_status(event: Event) -> str | None:
+    envelope = (event.get("extra") or {}).get("envelope") or {}
+    return envelope.get("status")
+
+
+def teacher_verdict(event: Event) -> str | None:
+    parsed = event["parsed"]
+    return parsed.get("verdict") if isinstance(parsed, dict) else None
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """A rule that keeps or drops one event of one of ``roles``."""
+
+    name: str
+    description: str
+    """What the rule removes and why: printed on the dataset card."""
+    roles: tuple[str, ...]
+    keep: Callable[[Event, EpisodeFacts], bool]
+
+
+EVENT_FILTERS: tuple[EventFilter, ...] = (
+    EventFilter(
+        "episode_not_successful",
+        "calls from episodes the environment's checker did not accept",
+        ACTOR_ROLES,
+        lambda e, facts: facts.success,
+    ),
+    EventFilter(
+        "attempt_not_verified",
+        "calls from attempts other than the one the Verifier passed in their turn (failed "
+        "attempts before a re-plan, and turns whose last attempt did not PASS)",
+        ACTOR_ROLES,
+        lambda e, facts: e["attempt"] == facts.passed_attempt(e["turn"]),
+    ),
+    EventFilter(
+        "unparsed_output",
+        "outputs the role's parser rejected (for the Verifier: no PASS/FAIL verdict)",
+        ROLES,
+        lambda e, facts: e["parse_error"] is None
+        and isinstance(e["parsed"], dict)
+        and (e["role"] != "verifier" or teacher_verdict(e) in ("PASS", "FAIL")),
+    ),
+    EventFilter(
+        "injected_fault",
+        "outputs into which a teacher deliberately injected a fault",
+        ROLES,
+        lambda e, facts: not injected_fault(e),
+    ),
+    EventFilter(
+        "primitive_failure",
+        "Primitive calls whose execution envelope is not SUCCESS",
+        ("primitive",),
+        lambda e, facts: envelope_status(e) == "SUCCESS",
+    ),
+    EventFilter(
+        "env_label_unknown",
+        "Verifier calls on attempts where neither execution nor the checker shows the "
+        "answer (no visible failure, yet the episode failed or the attempt was not last)",
+        ("verifier",),
+        lambda e, facts: facts.env_verdict(e["turn"], e["attempt"]) is not None,
+    ),
+    EventFilter(
+        "verdict_disagrees_with_env",
+        "Verifier calls whose verdict contradicts the environment's label: the "
+        "environment wins, and the teacher's mistaken verdict is not taught",
+        ("verifier",),
+        lambda e, facts: teacher_verdict(e) == facts.env_verdict(e["turn"], e["attempt"]),
+    ),
+)
+
+RULES: dict[str, str] = {
+    "no_episode_record": "calls of episodes that never wrote an episode record (killed mid-"
+    "episode): without the checker's word nothing in them is verified",
+    "event_after_episode_record": "calls written after their episode's record (not produced "
+    "by a normal run; kept out so an episode is judged once)",
+    "unknown_role": "events of a role this build does not know",
+    **{f.name: f.description for f in EVENT_FILTERS},
+    "duplicate": "exact duplicates (same messages, assistant answer included); the first is kept",
+    "test_split_task": "examples of tasks in the toolkit's test split: never trained on",
+    "verifier_balance": "majority-verdict Verifier examples dropped (seeded, deterministic) so "
+    "that majority/minority <= the configured ratio, in each split",
+}
+"""Every rule, in the order the build applies it, with its card description."""
+
+
+def first_failing_filter(event: Event, facts: EpisodeFacts) -> str | None:
+    """The name of the first event filter that drops ``event``, or None to keep it."""
+    role = event["role"]
+    for rule in EVENT_FILTERS:
+        if role in rule.roles and not rule.keep(event, facts):
+            return rule.name
+    return None
+
+
+def example_key(messages: list[dict[str, str]]) -> bytes:
+    """Identity of an example for exact-duplicate removal (a digest of roles and contents)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for message in messages:
+        # Length prefixes make the encoding unambiguous whatever the contents hold.
+        for part in (message["role"].encode(), message["content"].encode()):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+    return digest.digest()
+
+
+def dedupe(examples: list[Example]) -> tuple[list[Example], int]:
+    """Drop exact duplicates of ``messages``, keeping the first; return (kept, removed)."""
+    seen: set[bytes] = set()
+    kept = []
+    for example in examples:
+        key = example_key(example["messages"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(example)
+    return kept, len(examples) - len(kept)
+
+
+def balance_verdicts(
+    examples: list[Example], max_ratio: float, seed: int
+) -> tuple[list[Example], int, str | None]:
+    """Downsample the majority verdict so that majority / minority <= ``max_ratio``.
+
+    Which majority examples stay is decided by a seeded hash of their content, so the same
+    inputs and seed give the same dataset, and the survivors keep their original order.
+    Returns (kept, removed, note); with no minority example at all nothing is removed and
+    the note says so (balancing would empty the split).
+    """
+    by_verdict: dict[str, list[int]] = {"PASS": [], "FAIL": []}
+    for index, example in enumerate(examples):
+        by_verdict[example["verdict"]].append(index)
+    majority, minority = sorted(by_verdict, key=lambda v: (-len(by_verdict[v]), v))
+    n_major, n_minor = len(by_verdict[majority]), len(by_verdict[minority])
+    if n_major == 0:
+        return examples, 0, None
+    if n_minor == 0:
+        return examples, 0, f"not balanced: no {minority} examples"
+    limit = max(n_minor, int(max_ratio * n_minor))
+    if n_major <= limit:
+        return examples, 0, None
+
+    def rank(index: int) -> bytes:
+        key = example_key(examples[index]["messages"])
+        return hashlib.blake2b(seed.to_bytes(8, "little", signed=True) + key, digest_size=16).digest()
+
+    dropped = set(sorted(by_verdict[majority], key=rank)[limit:])
+    kept = [example for index, example in enumerate(examples) if index not in dropped]
+    return kept, len(dropped), None

@@ -1,0 +1,203 @@
+"""The ``heart`` command.
+
+    heart models prepare smollm2-135m          convert the embedded GGUF into a cached folder
+    heart tasks --env bfcl --split train       list task ids of a split
+    heart run --env bfcl --task multi_turn_base_0 [--model M] [--adapter role=PATH] [--trace F]
+    heart demo                                 the main job: prepare, then run a few BFCL tasks
+    heart collect --env bfcl --split train --teacher gold --out runs/NAME [--resume]
+    heart datasets build runs/NAME --out runs/NAME/datasets
+    heart train --recipe recipes/smollm2-135m/roles.yaml [--roles planner,router]
+
+Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
+
+
+def _adapters(pairs: list[str]) -> dict[str, str]:
+    adapters = {}
+    for pair in pairs:
+        role, sep, path = pair.partition("=")
+        if not sep or role not in ("planner", "router", "primitive", "verifier"):
+            raise SystemExit(f"error: --adapter expects ROLE=PATH with ROLE one of planner/router/primitive/verifier, got {pair!r}")
+        adapters[role] = path
+    return adapters
+
+
+def _backend(args: argparse.Namespace, task=None, environment=None):
+    if args.model == "gold":
+        from data.teachers import GoldTeacher
+
+        return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate)
+    if args.model.startswith("openai:"):
+        from data.collect import parse_teacher
+        from heart.runtime.openai_compat import OpenAIBackend
+
+        spec = parse_teacher(args.model)
+        roles = ("planner", "router", "primitive", "verifier")
+        return OpenAIBackend(spec.target, {r: r for r in roles} if spec.model == "role" else spec.model)
+    from heart.runtime.base import SamplingConfig  # noqa: F401  (documented default)
+    from heart.runtime.hf import TransformersBackend
+
+    return TransformersBackend(args.model, adapters=_adapters(args.adapter))
+
+
+def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
+    from heart.account import Account
+    from heart.environments import load_environment
+    from heart.episode import run_episode
+    from heart.loop import LoopConfig
+    from heart.runtime.base import SamplingConfig
+    from heart.traces import TraceWriter
+
+    environment = load_environment(args.env)
+    shared = None if args.model == "gold" else _backend(args)
+    trace = TraceWriter(args.trace) if args.trace else None
+    sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ("planner", "router", "primitive", "verifier")}
+    config = LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
+                        short_prompts=tuple(args.short_prompt))
+    scores = []
+    try:
+        for task_id in task_ids:
+            try:
+                task = environment.load_task(task_id)
+            except KeyError as err:
+                print(f"error: {err.args[0]}", file=sys.stderr)
+                return 2
+            backend = shared or _backend(args, task, environment)
+            print(f"\n### {args.env} task {task_id} with {backend.name}", flush=True)
+            result = run_episode(environment, task, backend, config=config, trace=trace, seed=args.seed,
+                                 observe=Account(), sampling=sampling)
+            scores.append((task_id, result.record.score))
+    finally:
+        if trace:
+            trace.close()
+    print("\nscores: " + ", ".join(f"{t}={s:.2f}" for t, s in scores)
+          + f"  (mean {sum(s for _, s in scores) / max(len(scores), 1):.2f})")
+    if args.trace:
+        print(f"trace: {args.trace}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _run_tasks(args, args.task)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from heart.models import prepare_smollm2
+
+    print(f"model: {prepare_smollm2()}")
+    return _run_tasks(args, args.task or DEMO_TASKS)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from heart.models import EMBEDDED
+
+    if args.name not in EMBEDDED:
+        print(f"error: unknown embedded model {args.name!r}; known: {', '.join(EMBEDDED)}", file=sys.stderr)
+        return 2
+    print(EMBEDDED[args.name]())
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from heart.environments import load_environment
+
+    for task_id in load_environment(args.env).task_ids(args.split):
+        print(task_id)
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from data.collect import collect
+
+    return collect(args)
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from data.build import main as build_main
+
+    return build_main(args.rest)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from train.launch import run_roles
+
+    roles = args.roles.split(",") if args.roles else None
+    return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel)
+
+
+def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
+    p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
+    p.add_argument("--model", default=model_default,
+                   help="embedded name (smollm2-135m, tiny-qwen3), a local folder, a HF id, 'gold' "
+                        "(the gold-guided teacher) or openai:<url>#<model>")
+    p.add_argument("--adapter", action="append", default=[], metavar="ROLE=PATH",
+                   help="serve ROLE with the LoRA adapter at PATH (repeatable)")
+    p.add_argument("--short-prompt", action="append", default=[], metavar="ROLE",
+                   help="send ROLE the short system prompt (its adapter was context-distilled)")
+    p.add_argument("--trace", help="append trace events to this JSONL file")
+    p.add_argument("--budget", type=int, default=3, help="re-plan budget B (default 3)")
+    p.add_argument("--retrieve-k", type=int, default=10, help="tools ToolFace shows the Planner")
+    p.add_argument("--max-new-tokens", type=int, default=384, help="per role call")
+    p.add_argument("--fault-rate", type=float, default=0.0, help="with --model gold: injected fault rate")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="heart", description="HEART role-model toolkit")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run tasks through the HEART loop and print an account")
+    _loop_arguments(p, "smollm2-135m")
+    p.add_argument("--task", action="append", required=True, help="task id (repeatable)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="prepare the embedded model and run a few BFCL tasks (the main job)")
+    _loop_arguments(p, "smollm2-135m")
+    p.add_argument("--task", action="append", help=f"task id (default: {' '.join(DEMO_TASKS)})")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("models", help="embedded models")
+    p.add_argument("action", choices=["prepare"])
+    p.add_argument("name", help="smollm2-135m or tiny-qwen3")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("tasks", help="list task ids")
+    p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
+    p.add_argument("--split", choices=["train", "dev", "test"])
+    p.set_defaults(func=cmd_tasks)
+
+    from data.collect import add_arguments as collect_arguments
+
+    p = sub.add_parser("collect", help="run a teacher over a split and record traces")
+    collect_arguments(p)
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("datasets", help="build role datasets from a run's traces")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of python -m data.build")
+    p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser("train", help="train role adapters from a roles recipe")
+    p.add_argument("--recipe", required=True, type=Path)
+    p.add_argument("--roles", help="comma-separated subset of roles")
+    p.add_argument("--parallel", action="store_true", help="run roles as parallel accelerate jobs")
+    p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
+    p.set_defaults(func=cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

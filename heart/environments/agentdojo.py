@@ -1,0 +1,234 @@
+"""AgentDojo user tasks (workspace, travel, banking, slack), without injections.
+
+Each task runs in its suite's default environment (every injection vector left at its
+benign default), initialised by the task as AgentDojo does. A session executes tools
+through AgentDojo's own ``FunctionsRuntime`` on its copy of that environment and scores the
+episode with the task's own utility check, exactly as ``TaskSuite._check_user_task_utility``
+does: ``utility_from_traces`` first (a few slack tasks judge the call trace), else
+``utility`` on the final answer and the pre/post environments.
+
+    env = AgentDojoEnvironment()
+    session = env.start(env.load_task("banking/user_task_0"))
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from functools import cached_property
+from typing import Any
+
+from heart.environments.base import EpisodeScore, Task, ToolCall, ToolExecutionError
+from heart.environments.calls import EpisodeLog, jsonable
+from heart.environments.splits import split_of
+from heart.toolface import Tool, ToolSpec
+
+CLARIFY_ANSWER = (
+    "I have no further information: everything needed is in my request. "
+    "Please proceed with what you have."
+)
+"""AgentDojo's user gives one prompt and is not available for questions."""
+
+
+def standalone_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON Schema with every ``$ref`` inlined (so it needs no ``$defs``) and
+    pydantic's generated ``title`` keys dropped (property names stay, even one called
+    "title")."""
+    defs = schema.get("$defs", {})
+
+    def inline(node: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        ref = node.get("$ref")
+        if ref is not None:
+            out.update(inline(defs[ref.removeprefix("#/$defs/")]))
+        # Older pydantic wraps a described reference as {"allOf": [{"$ref": ...}], ...}.
+        if len(node.get("allOf", [])) == 1 and "$ref" in node["allOf"][0]:
+            out.update(inline(node["allOf"][0]))
+        for key, value in node.items():
+            if key in ("$ref", "$defs", "title") or (key == "allOf" and len(value) == 1
+                                                      and "$ref" in value[0]):
+                continue
+            if key == "properties":
+                out[key] = {name: inline(sub) for name, sub in value.items()}
+            elif key in ("items", "additionalProperties") and isinstance(value, dict):
+                out[key] = inline(value)
+            elif key in ("anyOf", "oneOf", "allOf"):
+                out[key] = [inline(sub) for sub in value]
+            else:
+                out[key] = copy.deepcopy(value)
+        return out
+
+    return inline(schema)
+
+
+def _tool_spec(function) -> ToolSpec:
+    return ToolSpec(
+        name=function.name,
+        description=function.description,
+        parameters=standalone_schema(function.parameters.model_json_schema()),
+    )
+
+
+def _task_number(user_task_id: str) -> int:
+    return int(re.fullmatch(r"user_task_(\d+)", user_task_id).group(1))
+
+
+class AgentDojoEnvironment:
+    """AgentDojo's user tasks, each in its suite's benign default environment."""
+
+    name = "agentdojo"
+
+    def __init__(self, benchmark_version: str = "v1.2.2", suites: list[str] | None = None):
+        self.benchmark_version = benchmark_version
+        """AgentDojo benchmark version, e.g. "v1.2.2" (its tasks and tools differ by version)."""
+        self.suite_names = suites
+        """Suites to include (workspace, travel, banking, slack); None for all."""
+
+    @cached_property
+    def suites(self) -> dict[str, Any]:
+        from agentdojo.task_suite.load_suites import get_suites
+
+        available = get_suites(self.benchmark_version)
+        names = list(available) if self.suite_names is None else list(self.suite_names)
+        unknown = [n for n in names if n not in available]
+        if unknown:
+            raise ValueError(
+                f"unknown AgentDojo suites {unknown}: expected some of {list(available)}"
+            )
+        return {n: available[n] for n in names}
+
+    @cached_property
+    def _default_environments(self) -> dict[str, Any]:
+        """Each suite's environment with no injections (parsed once, copied per use)."""
+        return {n: s.load_and_inject_default_environment({}) for n, s in self.suites.items()}
+
+    @cached_property
+    def _ids(self) -> list[str]:
+        return [
+            f"{suite_name}/{user_task_id}"
+            for suite_name, suite in self.suites.items()
+            for user_task_id in sorted(suite.user_tasks, key=_task_number)
+        ]
+
+    def _user_task(self, task_id: str):
+        suite_name, _, user_task_id = task_id.partition("/")
+        try:
+            suite = self.suites[suite_name]
+            return suite, suite.user_tasks[user_task_id]
+        except KeyError:
+            raise KeyError(
+                f"no AgentDojo {self.benchmark_version} task with id {task_id!r}"
+            ) from None
+
+    def pre_environment(self, task_id: str):
+        """A fresh copy of the task's environment before the agent acts."""
+        suite, user_task = self._user_task(task_id)
+        default = self._default_environments[suite.name]
+        return user_task.init_environment(default.model_copy(deep=True))
+
+    def task_ids(self, split: str | None = None) -> list[str]:
+        if split is None:
+            return list(self._ids)
+        return [task_id for task_id in self._ids if split_of(self.name, task_id) == split]
+
+    def load_task(self, task_id: str) -> Task:
+        suite, user_task = self._user_task(task_id)
+        pre_env = self.pre_environment(task_id)
+        gold = [ToolCall(fc.function, dict(fc.args)) for fc in user_task.ground_truth(pre_env)]
+        output = user_task.GROUND_TRUTH_OUTPUT
+        return Task(
+            task_id=task_id,
+            env=self.name,
+            turns=[user_task.PROMPT],
+            gold=[gold],
+            gold_response=[output] if output else None,
+            meta={
+                "suite": suite.name,
+                "user_task_id": user_task.ID,
+                "difficulty": user_task.DIFFICULTY.name,
+                "benchmark_version": self.benchmark_version,
+            },
+        )
+
+    @cached_property
+    def _specs(self) -> dict[str, dict[str, ToolSpec]]:
+        return {n: {f.name: _tool_spec(f) for f in s.tools} for n, s in self.suites.items()}
+
+    def catalog(self) -> list[ToolSpec]:
+        # travel and workspace share their calendar and email functions: list each once.
+        catalog: dict[str, ToolSpec] = {}
+        for specs in self._specs.values():
+            for name, spec in specs.items():
+                catalog.setdefault(name, spec)
+        return list(catalog.values())
+
+    def start(self, task: Task) -> AgentDojoSession:
+        suite, user_task = self._user_task(task.task_id)
+        return AgentDojoSession(task, suite, user_task, self.pre_environment(task.task_id),
+                                self._specs[suite.name])
+
+
+class AgentDojoSession:
+    """One AgentDojo episode: its environment copy, its suite's tools, and the call log."""
+
+    def __init__(self, task: Task, suite, user_task, pre_environment, specs: dict[str, ToolSpec]):
+        from agentdojo.functions_runtime import FunctionsRuntime
+
+        self.task = task
+        self.suite = suite
+        self.user_task = user_task
+        self.pre_environment = pre_environment
+        """Kept untouched: utility() compares it with the environment after the episode."""
+        self.environment = pre_environment.model_copy(deep=True)
+        self._runtime = FunctionsRuntime(suite.tools)
+        self._log = EpisodeLog(len(task.turns))
+        self.tools: list[Tool] = [
+            Tool(spec=specs[f.name], fn=self._bind(f.name)) for f in suite.tools
+        ]
+
+    def _bind(self, name: str):
+        def call(**arguments):
+            self._log.record(name, arguments)
+            result, error = self._runtime.run_function(self.environment, name, arguments)
+            if error is not None:
+                raise ToolExecutionError(error)
+            return jsonable(result)
+
+        call.__name__ = name
+        return call
+
+    def start_turn(self, turn: int) -> None:
+        self._log.start_turn(turn)
+
+    def clarify(self, question: str) -> str:
+        return CLARIFY_ANSWER
+
+    def finish_turn(self, turn: int, response: str) -> None:
+        self._log.finish_turn(turn, response)
+
+    def executed_calls(self) -> list[list[ToolCall]]:
+        return self._log.executed_calls()
+
+    def score(self) -> EpisodeScore:
+        from agentdojo.functions_runtime import FunctionCall
+
+        output = self._log.responses[-1] or ""
+        trace = [
+            FunctionCall(function=call.name, args=copy.deepcopy(call.arguments))
+            for turn in self._log.calls
+            for call in turn
+        ]
+        # Mirrors TaskSuite._check_user_task_utility: the trace check wins when a task has one.
+        try:
+            success = self.user_task.utility_from_traces(
+                output, self.pre_environment, self.environment, trace
+            )
+            checked_by = "utility_from_traces"
+            if success is None:
+                success = self.user_task.utility(output, self.pre_environment, self.environment)
+                checked_by = "utility"
+        except Exception as e:  # a malformed episode is a failed episode, not a crash
+            details = {"error_type": type(e).__name__, "error_message": str(e)}
+            return EpisodeScore(0.0, False, details)
+        success = bool(success)
+        return EpisodeScore(1.0 if success else 0.0, success, {"checked_by": checked_by})

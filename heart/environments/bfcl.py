@@ -1,0 +1,332 @@
+"""BFCL v4 multi-turn: the eight executable backends of ``bfcl-eval`` and its own checker.
+
+Tasks, gold answers and function docs come from the installed ``bfcl_eval`` package. A
+session holds fresh instances of the task's involved classes, loaded with the task's initial
+configuration exactly as BFCL's ``execute_multi_turn_func_call`` loads them; its tools are
+those classes' methods (minus the task's excluded functions), bound to those instances. At
+the end, the logged calls are rendered as BFCL call strings and scored by BFCL's
+``multi_turn_checker``, which re-executes them next to the gold calls and compares the
+backends' states and results turn by turn.
+
+    env = BFCLEnvironment()
+    session = env.start(env.load_task("multi_turn_base_0"))
+"""
+
+from __future__ import annotations
+
+import os
+
+from heart.toolface import default_cache_dir
+
+# bfcl_eval's eval_config creates result/ and score/ under BFCL_PROJECT_ROOT (by default
+# next to the installed package) as soon as it is imported: point it at a scratch folder
+# before any bfcl_eval module can be imported, so nothing is written into site-packages.
+os.environ.setdefault("BFCL_PROJECT_ROOT", str(default_cache_dir() / "bfcl"))
+
+import ast  # noqa: E402
+import copy  # noqa: E402
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import uuid  # noqa: E402
+from functools import cached_property  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from bfcl_eval.constants.executable_backend_config import (  # noqa: E402
+    CLASS_FILE_PATH_MAPPING,
+    MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+    STATELESS_CLASSES,
+)
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa: E402
+    multi_turn_checker,
+    multi_turn_irrelevance_checker,
+)
+
+from heart.environments.base import (  # noqa: E402
+    EpisodeScore,
+    Task,
+    ToolCall,
+    ToolExecutionError,
+)
+from heart.environments.calls import EpisodeLog, jsonable  # noqa: E402
+from heart.environments.splits import split_of  # noqa: E402
+from heart.toolface import Tool, ToolSpec  # noqa: E402
+
+MULTI_TURN_CLASSES = (
+    "GorillaFileSystem",
+    "MathAPI",
+    "MessageAPI",
+    "TwitterAPI",
+    "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
+    "VehicleControlAPI",
+)
+"""The eight backends of the multi-turn categories (BFCL's other classes serve agentic ones)."""
+
+CATEGORIES = ("multi_turn_base", "multi_turn_long_context")
+"""Categories whose tasks this environment runs as BFCL does. miss_func (tools appear in a
+later turn) and miss_param (the user withholds a parameter) need per-turn tool sets and a
+scripted user that this environment does not model."""
+
+CLARIFY_ANSWER = (
+    "I have no further information: everything needed is in my request. "
+    "Please proceed with what you have."
+)
+"""BFCL base tasks state all information up front, so a clarification gets no new facts."""
+
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+_ENUM_IN_DESCRIPTION = re.compile(r"\[Enum\]:\s*(\[.*?\])")
+
+
+def _data_dir() -> Path:
+    return Path(importlib.util.find_spec("bfcl_eval").submodule_search_locations[0]) / "data"
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _backend_class(class_name: str) -> type:
+    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+
+
+def json_schema(bfcl_schema: dict[str, Any]) -> dict[str, Any]:
+    """BFCL's parameter schema as JSON Schema: its "dict"/"float"/"tuple"/"any" types mapped,
+    recursively, and the "[Enum]: [...]" lists that BFCL writes into descriptions lifted
+    into ``enum`` (the description is kept as it is)."""
+    schema: dict[str, Any] = {}
+    for key, value in bfcl_schema.items():
+        if key == "type":
+            if value != "any":
+                schema["type"] = _BFCL_TYPES.get(value, value)
+        elif key == "properties":
+            schema["properties"] = {name: json_schema(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            schema[key] = json_schema(value)
+        else:
+            schema[key] = copy.deepcopy(value)
+    match = _ENUM_IN_DESCRIPTION.search(schema.get("description", ""))
+    if match and "enum" not in schema:
+        try:
+            options = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            options = None  # free-form text that only looks like a list: leave it in the description
+        if options is not None and schema.get("type") == "array":
+            # On an array parameter ("door": which doors) the options constrain each item.
+            schema.setdefault("items", {})["enum"] = options
+        elif options is not None:
+            schema["enum"] = options
+    return schema
+
+
+def _call_string(call: ToolCall) -> str:
+    """A logged call as BFCL writes one: ``name(arg=repr(value), ...)``."""
+    args = ", ".join(f"{key}={value!r}" for key, value in call.arguments.items())
+    return f"{call.name}({args})"
+
+
+class BFCLEnvironment:
+    """BFCL v4 multi-turn tasks over the eight executable backends."""
+
+    name = "bfcl"
+
+    def __init__(self, category: str = "multi_turn_base", check_irrelevance: bool = False):
+        if category not in CATEGORIES:
+            raise ValueError(
+                f"unsupported BFCL category {category!r}: expected one of {CATEGORIES}"
+            )
+        self.category = category
+        """BFCL test category, e.g. "multi_turn_base"."""
+        self.check_irrelevance = check_irrelevance
+        """Also fail an episode that calls tools in a turn whose gold is empty. BFCL's own
+        runner (eval_runner.multi_turn_runner) does not apply this check, so by default the
+        result is only reported in ``details``."""
+        self.long_context = "long_context" in category
+
+    # -- data ----------------------------------------------------------------------------
+    @cached_property
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        data = _data_dir()
+        entries = {e["id"]: e for e in _read_jsonl(data / f"BFCL_v4_{self.category}.json")}
+        for answer in _read_jsonl(data / "possible_answer" / f"BFCL_v4_{self.category}.json"):
+            entries[answer["id"]]["ground_truth"] = answer["ground_truth"]
+        return entries
+
+    @cached_property
+    def _docs(self) -> dict[str, list[dict[str, Any]]]:
+        """Function docs per class, in BFCL's order."""
+        folder = _data_dir() / "multi_turn_func_doc"
+        return {
+            cls: _read_jsonl(folder / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls])
+            for cls in MULTI_TURN_CLASSES
+        }
+
+    @cached_property
+    def _specs(self) -> dict[str, ToolSpec]:
+        specs: dict[str, ToolSpec] = {}
+        for cls, docs in self._docs.items():
+            for doc in docs:
+                # BFCL's call strings name methods bare, so a name must mean one method.
+                assert doc["name"] not in specs, f"BFCL method {doc['name']!r} is not unique"
+                specs[doc["name"]] = ToolSpec(
+                    name=doc["name"],
+                    description=doc["description"],
+                    parameters=json_schema(doc["parameters"]),
+                )
+        return specs
+
+    @cached_property
+    def _class_of(self) -> dict[str, str]:
+        return {doc["name"]: cls for cls, docs in self._docs.items() for doc in docs}
+
+    def task_ids(self, split: str | None = None) -> list[str]:
+        ids = list(self._entries)  # BFCL's file order: multi_turn_base_0, _1, ...
+        if split is None:
+            return ids
+        return [task_id for task_id in ids if split_of(self.name, task_id) == split]
+
+    def load_task(self, task_id: str) -> Task:
+        try:
+            entry = self._entries[task_id]
+        except KeyError:
+            raise KeyError(f"no BFCL {self.category} task with id {task_id!r}") from None
+        return Task(
+            task_id=task_id,
+            env=self.name,
+            turns=[
+                "\n".join(m["content"] for m in turn if m["role"] == "user")
+                for turn in entry["question"]
+            ],
+            gold=[[self._parse_gold(call) for call in turn] for turn in entry["ground_truth"]],
+            meta={
+                "category": self.category,
+                "involved_classes": list(entry["involved_classes"]),
+                "initial_config": copy.deepcopy(entry["initial_config"]),
+                "path": list(entry.get("path", [])),
+                "excluded_function": list(entry.get("excluded_function", [])),
+                "ground_truth": copy.deepcopy(entry["ground_truth"]),
+            },
+        )
+
+    def _parse_gold(self, call_string: str) -> ToolCall:
+        """A gold call string (positional arguments allowed) as a call with keywords."""
+        node = ast.parse(call_string.strip(), mode="eval").body
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            raise ValueError(f"unexpected BFCL gold call {call_string!r}")
+        name = node.func.id
+        method = getattr(_backend_class(self._class_of[name]), name)
+        params = [p for p in inspect.signature(method).parameters if p != "self"]
+        arguments = {params[i]: ast.literal_eval(arg) for i, arg in enumerate(node.args)}
+        arguments.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
+        return ToolCall(name, arguments)
+
+    # -- tools ---------------------------------------------------------------------------
+    def catalog(self) -> list[ToolSpec]:
+        return list(self._specs.values())
+
+    def start(self, task: Task) -> BFCLSession:
+        return BFCLSession(self, task, self._entries[task.task_id])
+
+
+class BFCLSession:
+    """One BFCL episode: its own backend instances, tools bound to them, and the call log."""
+
+    def __init__(self, env: BFCLEnvironment, task: Task, entry: dict[str, Any]):
+        self.env = env
+        self.task = task
+        self._entry = entry
+        self._log = EpisodeLog(len(task.turns))
+        self.instances: dict[str, Any] = {}
+        for cls in entry["involved_classes"]:
+            instance = _backend_class(cls)()
+            if cls not in STATELESS_CLASSES:
+                # As bfcl's execute_multi_turn_func_call loads them, so states stay comparable.
+                instance._load_scenario(
+                    copy.deepcopy(entry["initial_config"].get(cls, {})),
+                    long_context=env.long_context,
+                )
+            self.instances[cls] = instance
+        excluded = set(entry.get("excluded_function", []))
+        self.tools: list[Tool] = [
+            Tool(spec=env._specs[doc["name"]], fn=self._bind(cls, doc["name"]))
+            for cls in entry["involved_classes"]
+            for doc in env._docs[cls]
+            if doc["name"] not in excluded
+        ]
+
+    def _bind(self, cls: str, name: str):
+        method = getattr(self.instances[cls], name)
+
+        def call(**arguments):
+            self._log.record(name, arguments)
+            try:
+                result = method(**arguments)
+            except Exception as e:
+                raise ToolExecutionError(f"{type(e).__name__}: {e}") from e
+            # BFCL backends report failure by returning {"error": message}.
+            if isinstance(result, dict) and "error" in result:
+                raise ToolExecutionError(str(result["error"]))
+            return jsonable(result)
+
+        call.__name__ = name
+        call.__doc__ = method.__doc__
+        return call
+
+    def start_turn(self, turn: int) -> None:
+        self._log.start_turn(turn)
+
+    def clarify(self, question: str) -> str:
+        return CLARIFY_ANSWER
+
+    def finish_turn(self, turn: int, response: str) -> None:
+        self._log.finish_turn(turn, response)
+
+    def executed_calls(self) -> list[list[ToolCall]]:
+        return self._log.executed_calls()
+
+    def decoded_calls(self) -> list[list[list[str]]]:
+        """The logged calls as BFCL's checker takes them: turns of steps of call strings.
+        Each call is its own step, as an agent that sees each result before the next call
+        (BFCL runs a turn's steps in order on the same instances)."""
+        return [[[_call_string(call)] for call in turn] for turn in self._log.calls]
+
+    def score(self) -> EpisodeScore:
+        gold = self._entry["ground_truth"]
+        decoded = self.decoded_calls()
+        if self._log.turns_started < len(gold):
+            # What BFCL's runner reports when a model stops before the last turn.
+            return EpisodeScore(0.0, False, {
+                "error_type": "multi_turn:force_terminated",
+                "error_message": f"the episode ran {self._log.turns_started} of {len(gold)} turns",
+            })
+        # The checker caches backend instances in its module globals under the model name
+        # and entry id: a fresh name per scoring call keeps episodes of the same task apart.
+        model_name = f"heart_{uuid.uuid4().hex}"
+        try:
+            result = multi_turn_checker(decoded, gold, self._entry, self.env.category, model_name)
+        except Exception as e:  # a malformed episode is a failed episode, not a crash
+            result = {"valid": False, "error_type": f"checker_exception:{type(e).__name__}",
+                      "error_message": str(e)}
+        finally:
+            for key in [k for k in vars(multi_turn_utils) if k.startswith(model_name)]:
+                del vars(multi_turn_utils)[key]  # else every scoring call leaks two states
+        irrelevance = multi_turn_irrelevance_checker(decoded, gold)
+        details: dict[str, Any] = {"irrelevance_valid": irrelevance["valid"]}
+        if not result["valid"]:
+            details["error_type"] = result.get("error_type")
+            details["error_message"] = result.get("error_message")
+            if "missing_items" in result.get("details", {}):
+                details["missing_items"] = result["details"]["missing_items"]
+            if "differences" in result.get("details", {}):
+                details["differences"] = repr(result["details"]["differences"])[:2000]
+        elif self.env.check_irrelevance and not irrelevance["valid"]:
+            details["error_type"] = irrelevance["error_type"]
+            details["error_message"] = irrelevance["error_message"]
+        valid = result["valid"] and (irrelevance["valid"] or not self.env.check_irrelevance)
+        return EpisodeScore(1.0 if valid else 0.0, valid, details)
