@@ -119,20 +119,32 @@ def finished_episodes(out: Path) -> set[str]:
 
 
 def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherSpec, task_ids: list[str]) -> None:
-    manifest = {
+    """Record this collection in ``manifest.json``: one entry per (env, split, teacher).
+
+    A run folder may hold several collections (e.g. BFCL and AgentDojo train splits, built
+    into one set of role datasets). Resuming one must use the settings it started with.
+    """
+    entry = {
         "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
         "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget,
-        "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
-        "python": platform.python_version(), "packages": _versions(),
+        "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
+        "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
     path = out / MANIFEST
-    if path.exists():
-        old = json.loads(path.read_text())
-        changed = {k for k in ("env", "split", "teacher", "seeds", "replan_budget") if old.get(k) != manifest[k]}
-        if changed:
-            raise SystemExit(f"error: {out} holds a run with different {sorted(changed)}; "
-                             f"use another --out or the same settings")
-        manifest["resumes"] = old.get("resumes", 0) + 1
+    manifest = json.loads(path.read_text()) if path.exists() else {"collections": []}
+    for old in manifest["collections"]:
+        if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
+            changed = sorted(k for k in ("seeds", "replan_budget", "limit") if old[k] != entry[k])
+            if changed:
+                raise SystemExit(f"error: {out} holds this collection with different {changed}: "
+                                 f"{ {k: old[k] for k in changed} }; use the same settings or another --out")
+            if not args.resume:
+                raise SystemExit(f"error: {out} already holds {args.env}/{args.split} with {teacher.name}; "
+                                 f"pass --resume to continue it or choose another --out")
+            old["runs"] = old.get("runs", 1) + 1
+            break
+    else:
+        manifest["collections"].append(entry)
     path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
@@ -143,8 +155,6 @@ def collect(args: argparse.Namespace) -> int:
     task_ids = environment.task_ids(args.split)
     if args.limit:
         task_ids = task_ids[: args.limit]
-    if (out / "traces").exists() and any((out / "traces").glob("*.jsonl")) and not args.resume:
-        raise SystemExit(f"error: {out} already holds traces; pass --resume to continue it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     _write_manifest(out, args, teacher, task_ids)
 
