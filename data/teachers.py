@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from heart.environments.base import Task, ToolCall
-from heart.roles.common import read_input
+from heart.roles.common import role_input
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
 
@@ -94,7 +94,7 @@ class GoldTeacher:
     # -- backend protocol ------------------------------------------------------------------
     def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
         start = time.perf_counter()
-        payload = read_input(messages[-1]["content"])
+        payload = role_input(messages)
         answer, meta = {"planner": self._planner, "router": self._router,
                         "primitive": self._primitive, "verifier": self._verifier}[role](payload)
         text = json.dumps(answer, ensure_ascii=False)

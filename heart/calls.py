@@ -6,6 +6,7 @@ same way and a malformed output becomes a recorded parse failure, never a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -50,15 +51,21 @@ class RoleClient:
         self.sampling = sampling or {}
 
     def call(self, role: str, messages: list[dict[str, str]], parse: Callable[[str], ParseResult],
-             attempt: int, step: int | None = None, record: bool = True) -> RoleCall:
+             attempt: int, step: int | None = None, record: bool = True, prefill: str = "") -> RoleCall:
+        """Ask ``role``; with ``prefill`` the answer is started for the model (the backend
+        continues a final assistant message). The trace keeps the messages without the
+        prefill and the whole answer, so datasets see an ordinary conversation."""
         start = time.perf_counter()
+        sent = messages + [{"role": "assistant", "content": prefill}] if prefill else messages
         try:
-            generation = self.backend.generate(role, messages, self.sampling.get(role))
+            generation = self.backend.generate(role, sent, self.sampling.get(role))
         except Exception as err:  # infrastructure failure: recorded like a bad output
             generation = Generation(text="", backend=getattr(self.backend, "name", "?"),
                                     latency_s=time.perf_counter() - start)
             result: ParseResult = ParseResult(None, f"backend error: {type(err).__name__}: {err}")
         else:
+            if prefill and not generation.text.startswith(prefill):  # a continuation
+                generation = dataclasses.replace(generation, text=prefill + generation.text)
             result = parse(generation.text)
         event = TraceEvent(
             episode_id=self.context.episode_id,
@@ -77,7 +84,7 @@ class RoleClient:
             latency_s=round(generation.latency_s, 4),
             prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens,
-            extra=dict(generation.meta),
+            extra={**generation.meta, **({"prefill": prefill} if prefill else {})},
         )
         call = RoleCall(role, messages, generation, result, event)
         if record:

@@ -42,7 +42,6 @@ def _backend(args: argparse.Namespace, task=None, environment=None):
         spec = parse_teacher(args.model)
         roles = ("planner", "router", "primitive", "verifier")
         return OpenAIBackend(spec.target, {r: r for r in roles} if spec.model == "role" else spec.model)
-    from heart.runtime.base import SamplingConfig  # noqa: F401  (documented default)
     from heart.runtime.hf import TransformersBackend
 
     return TransformersBackend(args.model, adapters=_adapters(args.adapter))
@@ -61,7 +60,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     trace = TraceWriter(args.trace) if args.trace else None
     sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ("planner", "router", "primitive", "verifier")}
     config = LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
-                        short_prompts=tuple(args.short_prompt))
+                        short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill)
     scores = []
     try:
         for task_id in task_ids:
@@ -147,6 +146,8 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--retrieve-k", type=int, default=10, help="tools ToolFace shows the Planner")
     p.add_argument("--max-new-tokens", type=int, default=384, help="per role call")
     p.add_argument("--fault-rate", type=float, default=0.0, help="with --model gold: injected fault rate")
+    p.add_argument("--no-prefill", action="store_true",
+                   help="do not start answers with each role's JSON prefix (on by default)")
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -46,6 +46,8 @@ class LoopConfig:
     """How many tools ToolFace shows the Planner."""
     short_prompts: tuple[str, ...] = ()
     """Roles served by context-distilled adapters: they get the short system prompt."""
+    prefill: bool = False
+    """Start each answer with the role's RESPONSE_PREFIX (steers small base models into JSON)."""
 
 
 @dataclass
@@ -142,12 +144,16 @@ class HeartLoop:
         short = module.ROLE in self.config.short_prompts
         return module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
 
+    def _prefill(self, module) -> str:
+        return module.RESPONSE_PREFIX if self.config.prefill else ""
+
     def plan(self, query, tools, conversation, clarifications, executed, feedback,
              attempt: Attempt) -> PlannerOutput | None:
         b = attempt.attempt
         messages = planner.build_messages(query, tools, conversation, clarifications, executed, feedback,
                                           system_prompt=self._system(planner))
-        call = self.roles.call("planner", messages, lambda text: planner.parse(text, set(self.toolface.names())), b)
+        call = self.roles.call("planner", messages, lambda text: planner.parse(text, set(self.toolface.names())), b,
+                               prefill=self._prefill(planner))
         if not call.ok:
             self._attempt_error(attempt, "planner", call.result.error)
             return None
@@ -162,7 +168,8 @@ class HeartLoop:
         messages = router.build_messages(query, steps, parameters, conversation, executed,
                                          system_prompt=self._system(router))
         call = self.roles.call("router", messages,
-                               lambda text: router.parse(text, {s.step: s.tool for s in plan.plan}), b)
+                               lambda text: router.parse(text, {s.step: s.tool for s in plan.plan}), b,
+                               prefill=self._prefill(router))
         if not call.ok:
             self._attempt_error(attempt, "router", call.result.error)
             return None
@@ -191,7 +198,7 @@ class HeartLoop:
         messages = primitive.build_messages(d.invocation_request, bindings, card,
                                             system_prompt=self._system(primitive))
         call = self.roles.call("primitive", messages, lambda text: primitive.parse(text, tool.name), b,
-                               step=d.step, record=False)
+                               step=d.step, record=False, prefill=self._prefill(primitive))
         if not call.ok:
             envelope = failure(tool.name, SCHEMA_RESOLUTION, f"unreadable primitive output: {call.result.error}")
         elif call.result.value.status == "UNRESOLVABLE":
@@ -209,7 +216,7 @@ class HeartLoop:
         steps = [s.model_dump() for s in plan.plan]
         rows = [{"step": s, **r.to_dict()} for s, r in sorted(results.items())]
         messages = verifier.build_messages(query, steps, rows, conversation, system_prompt=self._system(verifier))
-        call = self.roles.call("verifier", messages, verifier.parse, b)
+        call = self.roles.call("verifier", messages, verifier.parse, b, prefill=self._prefill(verifier))
         if not call.ok:
             self._attempt_error(attempt, "verifier", call.result.error)
             return None

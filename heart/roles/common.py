@@ -36,6 +36,11 @@ def read_input(user_message: str) -> dict[str, Any]:
     return json.loads(user_message[start:end])
 
 
+def role_input(messages: list[dict[str, str]]) -> dict[str, Any]:
+    """The JSON payload of a role call (its last user message; a prefill may follow it)."""
+    return read_input(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
+
+
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` (after dropping any <think> block and code fences).
 

@@ -30,6 +30,10 @@ Rules:
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
+RESPONSE_PREFIX = '{"status": "'
+"""Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
+into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
+
 INSTRUCTION = "Plan the next actions for this query."
 
 

@@ -28,6 +28,10 @@ Answer with one JSON object and nothing else, in one of these forms:
 
 SHORT_SYSTEM_PROMPT = "You are a HEART Tool Primitive. Answer with the arguments JSON."
 
+RESPONSE_PREFIX = '{"tool": "'
+"""Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
+into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
+
 INSTRUCTION = "Resolve this request into arguments for your tool."
 
 

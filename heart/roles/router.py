@@ -26,6 +26,10 @@ Answer with one JSON object and nothing else:
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Router. Answer with the dispatch JSON."
 
+RESPONSE_PREFIX = '{"status": "READY", "dispatch": ['
+"""Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
+into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
+
 INSTRUCTION = "Write the dispatch for every step of this plan."
 
 

@@ -29,6 +29,10 @@ Answer with one JSON object and nothing else:
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Verifier. Answer with the verdict JSON."
 
+RESPONSE_PREFIX = '{"verdict": "'
+"""Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
+into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
+
 INSTRUCTION = "Verify this attempt."
 
 

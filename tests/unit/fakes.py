@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from heart.roles.common import read_input
+from heart.roles.common import role_input
 
 
 class HashingEmbedder:
@@ -38,7 +38,7 @@ class Script:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def __call__(self, role: str, messages: list[dict[str, str]]) -> str:
-        payload = read_input(messages[-1]["content"])
+        payload = role_input(messages)
         self.calls.append((role, payload))
         queue = self.queues.get(role)
         if not queue:

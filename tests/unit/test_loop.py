@@ -208,3 +208,31 @@ def test_an_empty_plan_skips_routing_and_goes_to_the_verifier(world):
     result = loop.solve("what's the weather?")
     assert result.verdict == "PASS" and script.count("router") == 0 and script.count("primitive") == 0
     assert [p for role, p in script.calls if role == "verifier"][0]["results"] == []
+
+
+def test_prefill_starts_each_answer_and_traces_a_plain_conversation(world):
+    _, toolface, trace_path = world
+    sent = []
+
+    def continuing(script):
+        """A backend that, like a real model, returns only what follows the prefill."""
+        def respond(role, messages):
+            sent.append(messages)
+            full = script(role, messages)
+            prefix = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+            assert full.startswith(prefix)
+            return full[len(prefix):]
+        return respond
+
+    script = Script(planner=[plan(("ls", "list"))], router=[dispatch(("ls", {}))],
+                    primitive=[echo_bindings], verifier=[PASS])
+    trace = TraceWriter(trace_path, fsync=False)
+    client = RoleClient(ScriptedBackend(continuing(script)), EpisodeContext("ep", "t", "test"), trace)
+    result = HeartLoop(client, toolface, lambda q: "", LoopConfig(prefill=True)).solve("list files")
+    trace.close()
+    assert result.verdict == "PASS"
+    assert [m[-1]["content"] for m in sent] == ['{"status": "', '{"status": "READY", "dispatch": [',
+                                                '{"tool": "', '{"verdict": "']
+    rows = list(read_trace(trace_path))
+    assert all(r["messages"][-1]["role"] == "user" for r in rows)  # no prefill in the dataset's view
+    assert all(r["raw_output"].startswith(r["extra"]["prefill"]) and r["parse_error"] is None for r in rows)
