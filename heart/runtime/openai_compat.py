@@ -131,6 +131,10 @@ class OpenAIBackend:
             "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
         }
+        if messages and messages[-1]["role"] == "assistant":
+            # A prefilled answer: vLLM's chat API continues the final assistant message
+            # when asked to (continue_final_message); the reply is the continuation.
+            kwargs["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
         if sampling.temperature > 0:
             kwargs["top_p"] = sampling.top_p
             if sampling.seed is not None:

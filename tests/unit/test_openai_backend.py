@@ -158,6 +158,16 @@ def test_sampling_reaches_the_server(server):
     assert (body["max_tokens"], body["temperature"], body["top_p"], body["seed"]) == (17, 0.7, 0.9, 3)
 
 
+def test_prefill_asks_the_server_to_continue_the_final_assistant_message(server):
+    b = backend(server, "m")
+    b.generate("planner", messages("a") + [{"role": "assistant", "content": '{"status": "'}])
+    body = server.seen[-1]
+    assert body["messages"][-1] == {"role": "assistant", "content": '{"status": "'}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    b.generate("planner", messages("a"))
+    assert "continue_final_message" not in server.seen[-1]
+
+
 def test_usage_accounting_per_role(server):
     b = backend(server, "role")
     g1 = b.generate("planner", messages("one two three"))  # 3 system + 3 user words
