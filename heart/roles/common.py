@@ -77,15 +77,32 @@ class ParseResult(Generic[T]):
 
 
 def parse_model(text: str, model: type[T]) -> ParseResult[T]:
-    """Extract the JSON object from ``text`` and validate it against ``model``."""
-    try:
-        data = extract_json_object(text)
-    except ValueError as err:
-        return ParseResult(None, str(err))
-    try:
-        return ParseResult(model.model_validate(data))
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()[:5]
-        )
-        return ParseResult(None, f"output does not match the {model.__name__} schema: {problems}")
+    """The first JSON object in ``text`` that validates against ``model``.
+
+    When none does, the error is the one of the outermost candidate (the first ``{``): a
+    truncated answer reports its decode error, not a schema error about some object
+    nested inside it.
+    """
+    text = _THINK.sub("", text)
+    decoder = json.JSONDecoder()
+    position = text.find("{")
+    if position < 0:
+        return ParseResult(None, "no JSON object in the output")
+    first_error: str | None = None
+    while position >= 0:
+        error = None
+        try:
+            value, _ = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as err:
+            error = f"no valid JSON object in the output ({err.msg} at char {err.pos})"
+        else:
+            if isinstance(value, dict):
+                try:
+                    return ParseResult(model.model_validate(value))
+                except ValidationError as err:
+                    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+                                         for e in err.errors()[:5])
+                    error = f"output does not match the {model.__name__} schema: {problems}"
+        first_error = first_error or error
+        position = text.find("{", position + 1)
+    return ParseResult(None, first_error or "no JSON object in the output")

@@ -8,6 +8,11 @@ for roles without an adapter).
 Heavy imports (torch, transformers, peft) live in this module only: ``heart.runtime`` does
 not import it, so the loop and the unit tests stay light.
 
+On a CPU shared with other jobs, torch's default of one thread per core oversubscribes:
+measured here, greedy decoding ran ~7x slower with 2 threads than with
+``OMP_NUM_THREADS=1`` while other processes held the cores (the caller sets threads; this
+module does not touch the process-wide setting).
+
 Try it::
 
     HF_HUB_OFFLINE=1 python -c "from heart.runtime.hf import TransformersBackend; \\
@@ -93,12 +98,12 @@ class TransformersBackend:
         if self.adapters:
             from peft import PeftModel
 
-            roles = list(self.adapters)
-            model_ = PeftModel.from_pretrained(base, self.adapters[roles[0]], adapter_name=roles[0])
-            for role in roles[1:]:
-                model_.load_adapter(self.adapters[role], adapter_name=role)
-            self.model = model_
-            self._active_adapter: str | None = roles[0]
+            first, *rest = self.adapters
+            peft_model = PeftModel.from_pretrained(base, self.adapters[first], adapter_name=first)
+            for role in rest:
+                peft_model.load_adapter(self.adapters[role], adapter_name=role)
+            self.model = peft_model
+            self._active_adapter: str | None = first
         else:
             self.model = base
             self._active_adapter = None
@@ -131,10 +136,14 @@ class TransformersBackend:
 
     def render(self, messages: list[Message]) -> str:
         """The exact prompt text a role call sends to the model."""
+        # A final assistant message is a prefill: the model continues it (the Generation's
+        # text is then the continuation only).
+        prefilled = messages[-1]["role"] == "assistant"
         return self.tokenizer.apply_chat_template(
             messages,
             tokenize=False,
-            add_generation_prompt=True,
+            add_generation_prompt=not prefilled,
+            continue_final_message=prefilled,
             enable_thinking=self.enable_thinking,
         )
 
@@ -156,7 +165,8 @@ class TransformersBackend:
         for indices in groups.values():
             for start in range(0, len(indices), self.max_batch_size):
                 chunk = indices[start : start + self.max_batch_size]
-                for i, generation in zip(chunk, self._generate_chunk([requests[i] for i in chunk])):
+                generations = self._generate_chunk([requests[i] for i in chunk])
+                for i, generation in zip(chunk, generations):
                     results[i] = generation
         return results  # type: ignore[return-value]
 

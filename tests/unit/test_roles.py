@@ -31,6 +31,17 @@ def test_extract_json_object_rejects_non_objects(text):
         extract_json_object(text)
 
 
+def test_a_truncated_answer_reports_its_decode_error_not_a_nested_object():
+    text = '{"status": "SUFFICIENT", "plan": [{"step": 1, "tool": "cd"}, "objective": "x"'
+    result = planner.parse(text, TOOLS)
+    assert not result.ok and result.error.startswith("no valid JSON object")
+
+
+def test_the_first_object_that_fits_the_schema_wins():
+    text = 'Example: {"note": 1}. Answer: {"status": "INSUFFICIENT", "clarification": "Which file?"}'
+    assert planner.parse(text, TOOLS).value.clarification == "Which file?"
+
+
 def test_planner_parses_a_good_plan():
     text = json.dumps({"status": "SUFFICIENT", "intent": "move", "plan": [
         {"step": 1, "tool": "cd", "objective": "go", "depends_on": []},

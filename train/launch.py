@@ -1,0 +1,89 @@
+"""Train every role of a ``roles.yaml``: one ``accelerate launch -m train.sft`` per role.
+
+    python -m train.launch --recipe recipes/smollm2-135m/roles.yaml --roles planner,router [section.key=value ...]
+
+Roles run one after another; with ``--parallel`` and several GPUs, each role gets its own GPU
+(CUDA_VISIBLE_DEVICES) and they run at once. Each role's recipe is validated before any
+training starts, so a typo in the fourth recipe does not surface after three trainings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from train.config import RecipeError, load_recipe, load_roles
+
+
+def _device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def role_command(recipe: str, accelerate_config: str | None, overrides: list[str]) -> list[str]:
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
+    if accelerate_config:
+        accelerate += ["--config_file", accelerate_config]
+    return [*accelerate, "-m", "train.sft", "--recipe", recipe, *overrides]
+
+
+def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides: list[str] | None = None,
+              parallel: bool = False) -> int:
+    """Train the given roles (default: all in the roles.yaml); returns the first non-zero exit status, else 0."""
+    overrides = overrides or []
+    spec = load_roles(recipe_path)
+    chosen = roles or list(spec["roles"])
+    unknown = [r for r in chosen if r not in spec["roles"]]
+    if unknown:
+        print(f"train.launch: {recipe_path} has no recipe for role(s) {unknown} "
+              f"(has: {', '.join(spec['roles'])})", file=sys.stderr)
+        return 2
+    for role in chosen:
+        try:
+            load_recipe(spec["roles"][role], overrides)
+        except RecipeError as err:
+            print(f"train.launch: {role}: {err}", file=sys.stderr)
+            return 2
+    commands = {role: role_command(spec["roles"][role], spec["accelerate_config"], overrides) for role in chosen}
+    devices = _device_count() if parallel else 0
+    if parallel and devices >= 2:
+        running = []
+        for index, (role, command) in enumerate(commands.items()):  # one GPU per role, in waves
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index % devices)}
+            running.append((role, subprocess.Popen(command, env=env)))
+            if len(running) == devices or index == len(commands) - 1:
+                for done_role, process in running:
+                    if process.wait() != 0:
+                        print(f"train.launch: {done_role} failed ({process.returncode})", file=sys.stderr)
+                        return process.returncode
+                running = []
+        return 0
+    if parallel:
+        print(f"train.launch: --parallel needs 2+ GPUs (found {devices}); running roles one after another",
+              file=sys.stderr)
+    for role, command in commands.items():
+        print(f"train.launch: {role}: {' '.join(command)}", file=sys.stderr, flush=True)
+        status = subprocess.call(command)
+        if status != 0:
+            print(f"train.launch: {role} failed ({status})", file=sys.stderr)
+            return status
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", required=True, help="roles.yaml listing the per-role recipes")
+    parser.add_argument("--roles", default="", help="comma-separated roles (default: all)")
+    parser.add_argument("--parallel", action="store_true", help="one role per GPU when several exist")
+    parser.add_argument("overrides", nargs="*", help="section.key=value applied to every role's recipe")
+    args = parser.parse_args(argv)
+    roles = [r.strip() for r in args.roles.split(",") if r.strip()] or None
+    return run_roles(args.recipe, roles, args.overrides, args.parallel)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Reading a role dataset for training: splits, optional short system prompt, fingerprint.
+
+Context distillation (``data.system_prompt: short``): the adapter is trained on the role's
+SHORT_SYSTEM_PROMPT while the targets were produced under the full one, so at serving time
+the long prompt can be dropped (fewer prompt tokens per call).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from pathlib import Path
+from typing import Any
+
+from train.config import DataConfig
+
+
+class RolePromptError(RuntimeError):
+    """The role module does not provide the prompt a recipe asks for."""
+
+
+def short_system_prompt(role: str) -> str:
+    try:
+        module = importlib.import_module(f"heart.roles.{role}")
+    except ImportError as err:
+        raise RolePromptError(f"data.system_prompt=short: cannot import heart.roles.{role} ({err})") from err
+    prompt = getattr(module, "SHORT_SYSTEM_PROMPT", None)  # a missing attribute is a user-facing error here
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise RolePromptError(f"data.system_prompt=short: heart.roles.{role} defines no SHORT_SYSTEM_PROMPT string")
+    return prompt
+
+
+def _with_system(messages: list[dict[str, str]], prompt: str) -> list[dict[str, str]]:
+    if messages[0]["role"] != "system":
+        raise ValueError("a role example must start with its system message")
+    return [{"role": "system", "content": prompt}, *messages[1:]]
+
+
+def dataset_fingerprint(folder: Path) -> str:
+    """sha256 over the dataset's arrow files (names and bytes): stable across machines, unlike _fingerprint."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*.arrow")):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
+    """(DatasetDict with train/validation and only ``messages``, provenance for the manifest)."""
+    from datasets import load_from_disk
+
+    raw = load_from_disk(data.dataset_dir)
+    if "train" not in raw:
+        raise ValueError(f"data.dataset_dir={data.dataset_dir}: no train split (has {sorted(raw)})")
+    # validation may be absent: a small run can hold out no task for it (then no eval).
+    splits = {name: raw[name].select_columns(["messages"]) for name in ("train", "validation") if name in raw}
+    if data.max_train_examples:
+        splits["train"] = splits["train"].select(range(min(data.max_train_examples, len(splits["train"]))))
+    if data.max_eval_examples and "validation" in splits:
+        splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
+    if data.system_prompt == "short":
+        prompt = short_system_prompt(data.role)
+        splits = {name: split.map(lambda row: {"messages": _with_system(row["messages"], prompt)})
+                  for name, split in splits.items()}
+    info = {
+        "path": str(Path(data.dataset_dir).resolve()),
+        "fingerprint": dataset_fingerprint(Path(data.dataset_dir)),
+        "hf_fingerprints": {name: raw[name]._fingerprint for name in splits},
+        "sizes": {name: len(split) for name, split in splits.items()},
+        "system_prompt": data.system_prompt,
+    }
+    return splits, info
+
+
+def drop_overlong(splits: dict[str, Any], tokenizer: Any, max_length: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """Drop examples whose rendered conversation exceeds ``max_length`` tokens.
+
+    Truncation would cut the assistant turn — the only part trained on — so an over-long
+    example is left out and counted instead (the manifest reports how many).
+    """
+    def fits(row: dict[str, Any]) -> bool:
+        return len(tokenizer.apply_chat_template(row["messages"], tokenize=True)) <= max_length
+
+    kept = {name: split.filter(fits) for name, split in splits.items()}
+    return kept, {name: len(splits[name]) - len(kept[name]) for name in splits}

@@ -1,0 +1,116 @@
+"""LoRA SFT of one HEART role on a shared frozen base; writes a servable adapter folder.
+
+    accelerate launch -m train.sft --recipe recipes/smollm2-135m/planner.yaml [section.key=value ...]
+    python -m train.sft --recipe recipes/smollm2-135m/planner.yaml sft.max_steps=5
+
+A rerun with the same output.dir resumes from its last checkpoint (output.dir/checkpoints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import sys
+from pathlib import Path
+
+from train.config import RecipeError, load_recipe
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", required=True, help="recipe YAML (recipes/<model>/<role>.yaml)")
+    parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. sft.max_steps=5")
+    args = parser.parse_args(argv)
+    try:  # everything a recipe can get wrong fails here, before anything is loaded or written
+        recipe = load_recipe(args.recipe, args.overrides)
+    except RecipeError as err:
+        print(f"train.sft: {err}", file=sys.stderr)
+        return 2
+
+    import torch
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import SFTConfig, SFTTrainer
+
+    from data.loss_mask import lint_loss_mask
+    from heart.models import model_content_hash, read_manifest, resolve_model
+    from train.adapter import build_manifest, check_servable, linear_module_names, move_adapter_files, write_adapter_folder
+    from train.role_data import drop_overlong, load_role_dataset
+    from train.templates import template_for
+
+    base_path = resolve_model(recipe.model.name)
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    tokenizer.chat_template = template_for(tokenizer)  # same text, plus {% generation %} markers
+    splits, dataset_info = load_role_dataset(recipe.data)
+    splits, dataset_info["dropped_overlong"] = drop_overlong(splits, tokenizer, recipe.sft.max_length)
+    dataset_info["sizes"] = {name: len(split) for name, split in splits.items()}  # what is trained on
+    if len(splits["train"]) == 0:
+        print(f"train.sft: no train example fits sft.max_length={recipe.sft.max_length}", file=sys.stderr)
+        return 2
+    lint = lint_loss_mask(tokenizer, tokenizer.chat_template, splits["train"].select(range(min(16, len(splits["train"])))))
+    print(f"train.sft: {lint}", file=sys.stderr)
+
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, recipe.model.dtype),
+                                                 attn_implementation=recipe.model.attn_implementation)
+    linear_names = linear_module_names(model)
+    lora, s, out = recipe.lora, recipe.sft, Path(recipe.output.dir)
+    peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                             target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    if lora.init_from:  # continue an adapter of the same base (checked at load)
+        model, peft_config = PeftModel.from_pretrained(model, lora.init_from, is_trainable=True), None
+
+    config = SFTConfig(
+        output_dir=str(out / "checkpoints"), assistant_only_loss=True, max_length=s.max_length,
+        num_train_epochs=s.epochs, max_steps=s.max_steps, learning_rate=s.learning_rate,
+        lr_scheduler_type=s.lr_scheduler, warmup_steps=s.warmup_ratio, per_device_train_batch_size=s.batch_size,
+        per_device_eval_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
+        logging_steps=s.logging_steps, logging_first_step=True, save_steps=s.save_steps,
+        save_total_limit=s.save_total_limit, eval_strategy="steps" if s.eval_steps and "validation" in splits else "no",
+        eval_steps=s.eval_steps or None, seed=s.seed, bf16=s.bf16, gradient_checkpointing=s.gradient_checkpointing,
+        use_cpu=s.use_cpu, include_num_input_tokens_seen="non_padding", report_to="none",
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
+                         processing_class=tokenizer, peft_config=peft_config)
+    checkpoint = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
+    start_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+    tokens_before = json.loads((Path(checkpoint) / "trainer_state.json").read_text()).get(
+        "num_input_tokens_seen", 0) if checkpoint else 0
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    eval_metrics = trainer.evaluate() if "validation" in splits else {"eval_loss": None}
+
+    if trainer.is_fsdp_enabled:  # checkpoints are sharded; the adapter we ship is one plain file
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(out / "checkpoints" / "final"))
+    if not trainer.accelerator.is_main_process:
+        return 0
+    adapter_config = move_adapter_files(out / "checkpoints" / "final", out)
+    check_servable(adapter_config, recipe, linear_names)
+
+    history = trainer.state.log_history
+    train_losses = [e["loss"] for e in history if "loss" in e]
+    tokens = trainer.state.num_input_tokens_seen - tokens_before
+    runtime = result.metrics["train_runtime"]
+    metrics = {
+        "train_loss_first": train_losses[0], "train_loss_last": train_losses[-1],
+        "train_loss_mean": result.metrics["train_loss"], "eval_loss": eval_metrics["eval_loss"],
+        "steps": trainer.state.global_step, "resumed_from_step": start_step,
+        "train_runtime_s": runtime, "steps_per_s": (trainer.state.global_step - start_step) / runtime,
+        "tokens_seen": tokens, "tokens_per_s": tokens / runtime,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    base = {"name": recipe.model.name, "path": base_path, "content_hash": model_content_hash(base_path),
+            "hf_id": (read_manifest(Path(base_path)) or {}).get("hf_id") if Path(base_path).is_dir() else base_path}
+    lint_info = {"examples": lint.examples, "masked_tokens": lint.masked_tokens, "tokens": lint.tokens}
+    write_adapter_folder(out, build_manifest(recipe, adapter_config, base, dataset_info, metrics, lint_info), history)
+    if not recipe.output.keep_checkpoints:
+        shutil.rmtree(out / "checkpoints")
+    print(f"train.sft: wrote {out} (loss {metrics['train_loss_first']:.3f} -> {metrics['train_loss_last']:.3f}, "
+          f"{metrics['tokens_per_s']:.0f} tokens/s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
