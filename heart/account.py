@@ -27,7 +27,9 @@ class Account:
             w(f"  ? planner asks: {_short(p['question'])}\n    user answers: {_short(p['answer'])}")
         elif kind == "plan":
             plan = p["plan"]
-            w(f"  [attempt {p['attempt']}] plan ({plan.intent or 'no intent stated'}):")
+            if plan.status == "INSUFFICIENT":
+                return  # the clarification event tells it
+            w(f"  [attempt {p['attempt']}] plan ({_short(plan.intent or 'no intent stated', 120)}):")
             for s in plan.plan:
                 deps = f" after {s.depends_on}" if s.depends_on else ""
                 w(f"    {s.step}. {s.tool}{deps}: {_short(s.objective, 120)}")

@@ -7,6 +7,7 @@ same way and a malformed output becomes a recorded parse failure, never a crash.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,14 +52,22 @@ class RoleClient:
         self.sampling = sampling or {}
 
     def call(self, role: str, messages: list[dict[str, str]], parse: Callable[[str], ParseResult],
-             attempt: int, step: int | None = None, record: bool = True, prefill: str = "") -> RoleCall:
-        """Ask ``role``; with ``prefill`` the answer is started for the model (the backend
-        continues a final assistant message). The trace keeps the messages without the
-        prefill and the whole answer, so datasets see an ordinary conversation."""
+             attempt: int, step: int | None = None, record: bool = True, prefill: str = "",
+             schema: dict[str, Any] | None = None) -> RoleCall:
+        """Ask ``role``.
+
+        With ``prefill`` the answer is started for the model (the backend continues a final
+        assistant message); the trace keeps the messages without the prefill and the whole
+        answer, so datasets see an ordinary conversation. With ``schema`` the backend
+        constrains decoding to answers that match it, where it can.
+        """
         start = time.perf_counter()
         sent = messages + [{"role": "assistant", "content": prefill}] if prefill else messages
+        sampling = self.sampling.get(role) or SamplingConfig()
+        if schema is not None:
+            sampling = dataclasses.replace(sampling, guided_json=json.dumps(schema))
         try:
-            generation = self.backend.generate(role, sent, self.sampling.get(role))
+            generation = self.backend.generate(role, sent, sampling)
         except Exception as err:  # infrastructure failure: recorded like a bad output
             generation = Generation(text="", backend=getattr(self.backend, "name", "?"),
                                     latency_s=time.perf_counter() - start)
@@ -84,7 +93,8 @@ class RoleClient:
             latency_s=round(generation.latency_s, 4),
             prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens,
-            extra={**generation.meta, **({"prefill": prefill} if prefill else {})},
+            extra={**generation.meta, **({"prefill": prefill} if prefill else {}),
+                   **({"constrained": True} if schema is not None else {})},
         )
         call = RoleCall(role, messages, generation, result, event)
         if record:

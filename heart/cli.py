@@ -60,7 +60,9 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     trace = TraceWriter(args.trace) if args.trace else None
     sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ("planner", "router", "primitive", "verifier")}
     config = LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
-                        short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill)
+                        max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
+                        short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
+                        constrained=not args.no_constrain)
     scores = []
     try:
         for task_id in task_ids:
@@ -143,11 +145,15 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
                    help="send ROLE the short system prompt (its adapter was context-distilled)")
     p.add_argument("--trace", help="append trace events to this JSONL file")
     p.add_argument("--budget", type=int, default=3, help="re-plan budget B (default 3)")
+    p.add_argument("--max-clarifications", type=int, default=2, help="clarification questions per turn")
+    p.add_argument("--max-plan-steps", type=int, default=6, help="longest plan (with constrained decoding)")
     p.add_argument("--retrieve-k", type=int, default=10, help="tools ToolFace shows the Planner")
-    p.add_argument("--max-new-tokens", type=int, default=384, help="per role call")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="per role call")
     p.add_argument("--fault-rate", type=float, default=0.0, help="with --model gold: injected fault rate")
+    p.add_argument("--no-constrain", action="store_true",
+                   help="do not constrain decoding to each role's JSON schema (on by default)")
     p.add_argument("--no-prefill", action="store_true",
-                   help="do not start answers with each role's JSON prefix (on by default)")
+                   help="without constraints, do not start answers with each role's JSON prefix")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -163,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="prepare the embedded model and run a few BFCL tasks (the main job)")
     _loop_arguments(p, "smollm2-135m")
     p.add_argument("--task", action="append", help=f"task id (default: {' '.join(DEMO_TASKS)})")
-    p.set_defaults(func=cmd_demo)
+    # A few minutes on 2 cores: one re-plan, no clarification round (BFCL's user has no
+    # more to say), plans of at most 4 steps.
+    p.set_defaults(func=cmd_demo, budget=1, max_clarifications=0, max_plan_steps=4)
 
     p = sub.add_parser("models", help="embedded models")
     p.add_argument("action", choices=["prepare"])

@@ -44,10 +44,15 @@ class LoopConfig:
     """How many clarification questions the Planner may ask per turn."""
     retrieve_k: int = 10
     """How many tools ToolFace shows the Planner."""
+    max_plan_steps: int = 6
+    """Longest plan constrained decoding lets the Planner write."""
     short_prompts: tuple[str, ...] = ()
     """Roles served by context-distilled adapters: they get the short system prompt."""
     prefill: bool = False
     """Start each answer with the role's RESPONSE_PREFIX (steers small base models into JSON)."""
+    constrained: bool = False
+    """Constrain decoding to each role's output schema (tools, steps and arguments included);
+    it supersedes ``prefill``. Backends that cannot constrain answer unconstrained."""
 
 
 @dataclass
@@ -145,7 +150,10 @@ class HeartLoop:
         return module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
 
     def _prefill(self, module) -> str:
-        return module.RESPONSE_PREFIX if self.config.prefill else ""
+        return module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained else ""
+
+    def _schema(self, build, *args) -> dict[str, Any] | None:
+        return build(*args) if self.config.constrained else None
 
     def plan(self, query, tools, conversation, clarifications, executed, feedback,
              attempt: Attempt) -> PlannerOutput | None:
@@ -153,7 +161,10 @@ class HeartLoop:
         messages = planner.build_messages(query, tools, conversation, clarifications, executed, feedback,
                                           system_prompt=self._system(planner))
         call = self.roles.call("planner", messages, lambda text: planner.parse(text, set(self.toolface.names())), b,
-                               prefill=self._prefill(planner))
+                               prefill=self._prefill(planner),
+                               schema=self._schema(planner.output_schema, self.toolface.names(),
+                                                   len(clarifications) < self.config.max_clarifications,
+                                                   self.config.max_plan_steps))
         if not call.ok:
             self._attempt_error(attempt, "planner", call.result.error)
             return None
@@ -169,7 +180,8 @@ class HeartLoop:
                                          system_prompt=self._system(router))
         call = self.roles.call("router", messages,
                                lambda text: router.parse(text, {s.step: s.tool for s in plan.plan}), b,
-                               prefill=self._prefill(router))
+                               prefill=self._prefill(router),
+                               schema=self._schema(router.output_schema, {s.step: s.tool for s in plan.plan}, parameters))
         if not call.ok:
             self._attempt_error(attempt, "router", call.result.error)
             return None
@@ -198,7 +210,8 @@ class HeartLoop:
         messages = primitive.build_messages(d.invocation_request, bindings, card,
                                             system_prompt=self._system(primitive))
         call = self.roles.call("primitive", messages, lambda text: primitive.parse(text, tool.name), b,
-                               step=d.step, record=False, prefill=self._prefill(primitive))
+                               step=d.step, record=False, prefill=self._prefill(primitive),
+                               schema=self._schema(primitive.output_schema, tool.name, tool.spec.parameters))
         if not call.ok:
             envelope = failure(tool.name, SCHEMA_RESOLUTION, f"unreadable primitive output: {call.result.error}")
         elif call.result.value.status == "UNRESOLVABLE":
@@ -216,7 +229,8 @@ class HeartLoop:
         steps = [s.model_dump() for s in plan.plan]
         rows = [{"step": s, **r.to_dict()} for s, r in sorted(results.items())]
         messages = verifier.build_messages(query, steps, rows, conversation, system_prompt=self._system(verifier))
-        call = self.roles.call("verifier", messages, verifier.parse, b, prefill=self._prefill(verifier))
+        call = self.roles.call("verifier", messages, verifier.parse, b, prefill=self._prefill(verifier),
+                               schema=self._schema(verifier.output_schema))
         if not call.ok:
             self._attempt_error(attempt, "verifier", call.result.error)
             return None

@@ -96,3 +96,28 @@ def parse(text: str, known_tools: set[str]) -> ParseResult[PlannerOutput]:
         if unknown:
             return ParseResult(None, f"plan uses tools that do not exist: {', '.join(map(repr, unknown))}")
     return result
+
+
+def output_schema(tools: list[str], may_ask: bool = True, max_steps: int = 6) -> dict[str, Any]:
+    """JSON Schema of a valid answer, for constrained decoding: steps numbered 1..n, tools
+    limited to ``tools``, each step depending only on earlier ones, and no clarification
+    once the loop's clarification budget is spent."""
+    def step(n: int) -> dict[str, Any]:
+        earlier = {"type": "array", "items": {"enum": list(range(1, n))}, "maxItems": n - 1} if n > 1 \
+            else {"type": "array", "maxItems": 0}
+        return {"type": "object", "additionalProperties": False,
+                "required": ["step", "tool", "objective", "depends_on"],
+                "properties": {"step": {"const": n}, "tool": {"enum": sorted(tools)},
+                               "objective": {"type": "string", "maxLength": 120}, "depends_on": earlier}}
+
+    intent = {"type": "string", "maxLength": 120}
+    plan = {"type": "array", "prefixItems": [step(n) for n in range(1, max_steps + 1)], "items": False,
+            "maxItems": max_steps}
+    sufficient = {"type": "object", "additionalProperties": False, "required": ["status", "intent", "plan"],
+                  "properties": {"status": {"const": "SUFFICIENT"}, "intent": intent, "plan": plan}}
+    if not may_ask:
+        return sufficient
+    insufficient = {"type": "object", "additionalProperties": False, "required": ["status", "intent", "clarification"],
+                    "properties": {"status": {"const": "INSUFFICIENT"}, "intent": intent,
+                                   "clarification": {"type": "string", "minLength": 1, "maxLength": 150}}}
+    return {"anyOf": [sufficient, insufficient]}

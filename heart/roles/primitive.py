@@ -74,3 +74,15 @@ def parse(text: str, tool_name: str) -> ParseResult[PrimitiveOutput]:
     if result.ok and result.value.tool != tool_name:
         return ParseResult(None, f"output names tool {result.value.tool!r}, but this primitive wraps {tool_name!r}")
     return result
+
+
+def output_schema(tool_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema of a valid answer: the tool's own parameter schema for the arguments."""
+    arguments = {**parameters, "type": "object", "additionalProperties": False}
+    return {"anyOf": [
+        {"type": "object", "additionalProperties": False, "required": ["tool", "arguments"],
+         "properties": {"tool": {"const": tool_name}, "arguments": arguments}},
+        {"type": "object", "additionalProperties": False, "required": ["status", "tool", "reason"],
+         "properties": {"status": {"const": "UNRESOLVABLE"}, "tool": {"const": tool_name},
+                        "reason": {"type": "string", "minLength": 1, "maxLength": 200}}},
+    ]}

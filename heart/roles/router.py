@@ -90,3 +90,26 @@ def parse(text: str, plan_steps: dict[int, str]) -> ParseResult[RouterOutput]:
     if wrong:
         return ParseResult(None, f"dispatch changes the tool of step(s) {wrong} from the plan's")
     return result
+
+
+def output_schema(plan_steps: dict[int, str], tool_parameters: dict[str, list[str]]) -> dict[str, Any]:
+    """JSON Schema of a valid dispatch for this plan: one entry per step, in order, each
+    binding only parameters its tool has (values free: literals or $step_j references)."""
+    def entry(step: int, tool: str) -> dict[str, Any]:
+        params = tool_parameters.get(tool, [])
+        return {"type": "object", "additionalProperties": False,
+                "required": ["step", "target_tool", "invocation_request", "resolved_bindings", "h_params"],
+                "properties": {
+                    "step": {"const": step}, "target_tool": {"const": tool},
+                    "invocation_request": {"type": "string", "maxLength": 150},
+                    "resolved_bindings": {"type": "object", "additionalProperties": False,
+                                          "properties": {p: {} for p in params}},
+                    "h_params": {"type": "object", "additionalProperties": False,
+                                 "required": ["retry", "priority", "timeout_s"],
+                                 "properties": {"retry": {"enum": [0, 1, 2, 3]}, "priority": {"enum": [0, 1, 2]},
+                                                "timeout_s": {"enum": [5, 10, 15, 30, 60]}}}}}
+    steps = sorted(plan_steps.items())
+    return {"type": "object", "additionalProperties": False, "required": ["status", "dispatch"],
+            "properties": {"status": {"const": "READY"},
+                           "dispatch": {"type": "array", "prefixItems": [entry(s, t) for s, t in steps],
+                                        "items": False, "minItems": len(steps), "maxItems": len(steps)}}}

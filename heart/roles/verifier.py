@@ -77,3 +77,14 @@ def build_messages(
 
 def parse(text: str) -> ParseResult[VerifierOutput]:
     return parse_model(text, VerifierOutput)
+
+
+def output_schema() -> dict[str, Any]:
+    """JSON Schema of a valid verdict, for constrained decoding."""
+    return {"type": "object", "additionalProperties": False,
+            "required": ["verdict", "criteria", "feedback", "response"],
+            "properties": {"verdict": {"enum": ["PASS", "FAIL"]},
+                           "criteria": {"type": "object", "additionalProperties": False, "required": list(CRITERIA),
+                                        "properties": {c: {"type": "boolean"} for c in CRITERIA}},
+                           "feedback": {"type": "string", "maxLength": 300},
+                           "response": {"type": "string", "maxLength": 400}}}

@@ -20,6 +20,10 @@ class SamplingConfig:
     """Nucleus sampling mass, used only when temperature > 0."""
     seed: int | None = None
     """Sampling seed, used only when temperature > 0."""
+    guided_json: str | None = None
+    """A JSON Schema (serialised) the answer must match: constrained decoding where the
+    backend supports it (xgrammar in-process, ``response_format`` on OpenAI-compatible
+    servers such as vLLM); other backends ignore it."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import threading
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -135,6 +136,11 @@ class OpenAIBackend:
             # A prefilled answer: vLLM's chat API continues the final assistant message
             # when asked to (continue_final_message); the reply is the continuation.
             kwargs["extra_body"] = {"continue_final_message": True, "add_generation_prompt": False}
+        if sampling.guided_json:
+            # Structured outputs: the OpenAI API's json_schema response format, which vLLM
+            # serves with its own guided decoding.
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": role, "schema": json.loads(sampling.guided_json)}}
         if sampling.temperature > 0:
             kwargs["top_p"] = sampling.top_p
             if sampling.seed is not None:

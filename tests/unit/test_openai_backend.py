@@ -168,6 +168,14 @@ def test_prefill_asks_the_server_to_continue_the_final_assistant_message(server)
     assert "continue_final_message" not in server.seen[-1]
 
 
+def test_guided_json_becomes_a_json_schema_response_format(server):
+    b = backend(server, "m")
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["PASS", "FAIL"]}}}
+    b.generate("verifier", messages("a"), SamplingConfig(guided_json=json.dumps(schema)))
+    assert server.seen[-1]["response_format"] == {"type": "json_schema",
+                                                  "json_schema": {"name": "verifier", "schema": schema}}
+
+
 def test_usage_accounting_per_role(server):
     b = backend(server, "role")
     g1 = b.generate("planner", messages("one two three"))  # 3 system + 3 user words

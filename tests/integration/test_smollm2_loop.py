@@ -1,0 +1,56 @@
+"""The real SmolLM2-135M drives `heart run` on a BFCL and an AgentDojo task to completion.
+
+Decoding is constrained to each role's JSON schema (xgrammar), so even the unadapted 135M
+base answers every role in form: plans reach the Router, dispatches reach the Tool
+Primitives, real tools execute, and the Verifier judges. Its answers are poor — the
+benchmark's checker scores them — which is what distillation is for.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from heart.traces import read_trace
+
+pytestmark = pytest.mark.slow
+
+FAST = ["--budget", "0", "--max-clarifications", "0", "--max-plan-steps", "3"]
+
+
+def heart_run(env, task, trace, *extra):
+    return subprocess.run([sys.executable, "-m", "heart.cli", "run", "--env", env, "--task", task,
+                           "--trace", str(trace), *FAST, *extra], capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("env, task, turns", [("bfcl", "multi_turn_base_1", 4), ("agentdojo", "banking/user_task_0", 1)])
+def test_smollm2_runs_every_role_on_real_tools(env, task, turns, tmp_path, smollm2_path):
+    trace = tmp_path / "trace.jsonl"
+    done = heart_run(env, task, trace)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"### {env} task {task} with hf:smollm2-135m" in done.stdout
+    assert "═ episode" in done.stdout and f"scores: {task}=" in done.stdout
+
+    rows = list(read_trace(trace))
+    events = [r for r in rows if r["kind"] == "event"]
+    records = [r for r in rows if r["kind"] == "episode"]
+    assert len(records) == 1 and len(records[0]["verdicts"]) == turns
+    assert 0.0 <= records[0]["score"] <= 1.0
+    assert {e["role"] for e in events} == {"planner", "router", "primitive", "verifier"}
+    for e in events:  # one event per real model call, each complete
+        assert e["backend"] == "hf:smollm2-135m" and e["adapter"] is None
+        assert e["completion_tokens"] > 0 and e["prompt_tokens"] > 0 and e["latency_s"] > 0
+        assert e["extra"].get("constrained") is True and e["raw_output"]
+        assert (e["parsed"] is None) != (e["parse_error"] is None)
+    # each result line of the account is one Primitive call recorded with its envelope
+    envelopes = [e["extra"]["envelope"] for e in events if e["role"] == "primitive"]
+    assert len(envelopes) == done.stdout.count("    ✓ step") + done.stdout.count("    ✗ step")
+    assert any(e["status"] == "SUCCESS" for e in envelopes)  # a real tool really ran
+    assert sum(1 for e in events if e["role"] == "planner") >= turns
+
+
+def test_unknown_task_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "heart.cli", "run", "--env", "bfcl", "--task", "no_such_task",
+                           "--model", "gold"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "no_such_task" in done.stderr
