@@ -1,0 +1,55 @@
+"""The whole pipeline on real data, as a user runs it, at toy scale:
+
+    heart collect (gold teacher, BFCL train tasks) → heart datasets build → heart train (all
+    four SmolLM2 role recipes through accelerate) → heart run with the four adapters.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from heart.traces import read_trace
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+ROLES = ("planner", "router", "primitive", "verifier")
+
+
+def heart(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "heart.cli", *args], capture_output=True, text=True,
+                          timeout=1500, cwd=cwd)
+
+
+def test_collect_build_train_and_serve_four_role_adapters(tmp_path, smollm2_path):
+    run = "runs/smollm2-demo"  # the CPU recipes' default data and adapter folders
+    done = heart("collect", "--env", "bfcl", "--split", "train", "--teacher", "gold", "--fault-rate", "0.3",
+                 "--limit", "12", "--out", run, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = heart("datasets", "build", run, "--out", f"{run}/datasets", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    done = heart("train", "--recipe", str(REPO / "recipes/smollm2-135m/roles.yaml"), "sft.max_steps=1",
+                 "sft.batch_size=1", "data.max_eval_examples=2", "data.system_prompt=short", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    adapters = {role: tmp_path / run / "adapters" / role for role in ROLES}
+    for role, folder in adapters.items():
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["role"] == role and manifest["system_prompt"] == "short"
+        assert manifest["dataset"]["fingerprint"].startswith("sha256:")
+        assert manifest["base_model"]["content_hash"] == json.loads((Path(smollm2_path) / "heart_model.json")
+                                                               .read_text())["content_hash"]
+
+    trace = tmp_path / "trace.jsonl"
+    args = [f"--adapter={role}={folder}" for role, folder in adapters.items()]
+    args += [f"--short-prompt={role}" for role in ROLES]
+    done = heart("run", "--env", "bfcl", "--task", "multi_turn_base_1", "--trace", str(trace), "--budget", "0",
+                 "--max-clarifications", "0", "--max-plan-steps", "3", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = [r for r in read_trace(trace) if r["kind"] == "event"]
+    assert {e["role"] for e in events} == set(ROLES)
+    assert all(e["adapter"] == e["role"] for e in events)  # each role served by its own adapter
+    assert all(e["messages"][0]["content"].startswith("You are the HEART") or
+               e["messages"][0]["content"].startswith("You are a HEART") for e in events)
