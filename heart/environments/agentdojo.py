@@ -19,7 +19,7 @@ from functools import cached_property
 from typing import Any
 
 from heart.environments.base import EpisodeScore, Task, ToolCall, ToolExecutionError
-from heart.environments.calls import EpisodeLog, jsonable
+from heart.environments.calls import EpisodeLog, LoggedSession, jsonable
 from heart.environments.splits import split_of
 from heart.toolface import Tool, ToolSpec
 
@@ -168,8 +168,10 @@ class AgentDojoEnvironment:
                                 self._specs[suite.name])
 
 
-class AgentDojoSession:
+class AgentDojoSession(LoggedSession):
     """One AgentDojo episode: its environment copy, its suite's tools, and the call log."""
+
+    clarify_answer = CLARIFY_ANSWER
 
     def __init__(self, task: Task, suite, user_task, pre_environment, specs: dict[str, ToolSpec]):
         from agentdojo.functions_runtime import FunctionsRuntime
@@ -196,18 +198,6 @@ class AgentDojoSession:
 
         call.__name__ = name
         return call
-
-    def start_turn(self, turn: int) -> None:
-        self._log.start_turn(turn)
-
-    def clarify(self, question: str) -> str:
-        return CLARIFY_ANSWER
-
-    def finish_turn(self, turn: int, response: str) -> None:
-        self._log.finish_turn(turn, response)
-
-    def executed_calls(self) -> list[list[ToolCall]]:
-        return self._log.executed_calls()
 
     def score(self) -> EpisodeScore:
         from agentdojo.functions_runtime import FunctionCall

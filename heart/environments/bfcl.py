@@ -52,7 +52,7 @@ from heart.environments.base import (  # noqa: E402
     ToolCall,
     ToolExecutionError,
 )
-from heart.environments.calls import EpisodeLog, jsonable  # noqa: E402
+from heart.environments.calls import EpisodeLog, LoggedSession, jsonable  # noqa: E402
 from heart.environments.splits import split_of  # noqa: E402
 from heart.toolface import Tool, ToolSpec  # noqa: E402
 
@@ -234,8 +234,10 @@ class BFCLEnvironment:
         return BFCLSession(self, task, self._entries[task.task_id])
 
 
-class BFCLSession:
+class BFCLSession(LoggedSession):
     """One BFCL episode: its own backend instances, tools bound to them, and the call log."""
+
+    clarify_answer = CLARIFY_ANSWER
 
     def __init__(self, env: BFCLEnvironment, task: Task, entry: dict[str, Any]):
         self.env = env
@@ -277,18 +279,6 @@ class BFCLSession:
         call.__name__ = name
         call.__doc__ = method.__doc__
         return call
-
-    def start_turn(self, turn: int) -> None:
-        self._log.start_turn(turn)
-
-    def clarify(self, question: str) -> str:
-        return CLARIFY_ANSWER
-
-    def finish_turn(self, turn: int, response: str) -> None:
-        self._log.finish_turn(turn, response)
-
-    def executed_calls(self) -> list[list[ToolCall]]:
-        return self._log.executed_calls()
 
     def decoded_calls(self) -> list[list[list[str]]]:
         """The logged calls as BFCL's checker takes them: turns of steps of call strings.

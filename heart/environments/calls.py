@@ -50,6 +50,26 @@ class EpisodeLog:
         return [list(turn) for turn in self.calls]
 
 
+class LoggedSession:
+    """The turn bookkeeping both benchmarks' sessions share; subclasses set ``_log`` and
+    ``clarify_answer`` and implement ``tools`` and ``score``."""
+
+    _log: EpisodeLog
+    clarify_answer: str
+
+    def start_turn(self, turn: int) -> None:
+        self._log.start_turn(turn)
+
+    def clarify(self, question: str) -> str:
+        return self.clarify_answer
+
+    def finish_turn(self, turn: int, response: str) -> None:
+        self._log.finish_turn(turn, response)
+
+    def executed_calls(self) -> list[list[ToolCall]]:
+        return self._log.executed_calls()
+
+
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data (dict, list, str, int, float, bool, None): pydantic
     models dumped in JSON mode, dates as ISO strings, other numbers as floats."""
