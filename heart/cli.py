@@ -122,9 +122,37 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
+    if args.action == "lint":
+        return cmd_datasets_lint(args.rest)
     from data.build import main as build_main
 
     return build_main(args.rest)
+
+
+def cmd_datasets_lint(argv: list[str]) -> int:
+    """Check that a model's training template trains on exactly a role dataset's assistant turns."""
+    parser = argparse.ArgumentParser(prog="heart datasets lint")
+    parser.add_argument("dataset", help="a role dataset folder (runs/NAME/datasets/ROLE)")
+    parser.add_argument("--model", default="smollm2-135m", help="whose tokenizer and chat template")
+    parser.add_argument("--limit", type=int, default=64, help="examples to check per split")
+    args = parser.parse_args(argv)
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+
+    from data.loss_mask import LossMaskError, lint_loss_mask
+    from heart.models import resolve_model
+    from train.templates import template_for
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    template = template_for(tokenizer)
+    status = 0
+    for split, rows in load_from_disk(args.dataset).items():
+        try:
+            print(f"{split}: {lint_loss_mask(tokenizer, template, rows.select(range(min(args.limit, len(rows)))))}")
+        except LossMaskError as err:
+            print(f"{split}: {err}", file=sys.stderr)
+            status = 1
+    return status
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -189,9 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     collect_arguments(p)
     p.set_defaults(func=cmd_collect)
 
-    p = sub.add_parser("datasets", help="build role datasets from a run's traces")
-    p.add_argument("action", choices=["build"])
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of python -m data.build")
+    p = sub.add_parser("datasets", help="build role datasets from a run's traces, or lint their loss mask")
+    p.add_argument("action", choices=["build", "lint"])
+    p.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="build: arguments of python -m data.build; lint: DATASET [--model M] [--limit N]")
     p.set_defaults(func=cmd_datasets)
 
     p = sub.add_parser("train", help="train role adapters from a roles recipe")
