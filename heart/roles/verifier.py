@@ -80,11 +80,15 @@ def parse(text: str) -> ParseResult[VerifierOutput]:
 
 
 def output_schema() -> dict[str, Any]:
-    """JSON Schema of a valid verdict, for constrained decoding."""
-    return {"type": "object", "additionalProperties": False,
-            "required": ["verdict", "criteria", "feedback", "response"],
-            "properties": {"verdict": {"enum": ["PASS", "FAIL"]},
-                           "criteria": {"type": "object", "additionalProperties": False, "required": list(CRITERIA),
-                                        "properties": {c: {"type": "boolean"} for c in CRITERIA}},
-                           "feedback": {"type": "string", "maxLength": 300},
-                           "response": {"type": "string", "maxLength": 400}}}
+    """JSON Schema of a valid verdict, for constrained decoding: PASS only with all four
+    criteria holding, FAIL only with feedback (as the parser requires)."""
+    def variant(verdict: str, criterion: dict[str, Any], feedback: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": False,
+                "required": ["verdict", "criteria", "feedback", "response"],
+                "properties": {"verdict": {"const": verdict},
+                               "criteria": {"type": "object", "additionalProperties": False,
+                                            "required": list(CRITERIA), "properties": {c: criterion for c in CRITERIA}},
+                               "feedback": feedback, "response": {"type": "string", "maxLength": 400}}}
+
+    return {"anyOf": [variant("PASS", {"const": True}, {"type": "string", "maxLength": 300}),
+                      variant("FAIL", {"type": "boolean"}, {"type": "string", "minLength": 1, "maxLength": 300})]}

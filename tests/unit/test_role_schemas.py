@@ -57,7 +57,13 @@ def test_primitive_schema_is_the_tools_own_argument_schema():
     assert not valid(schema, {"tool": "ls", "arguments": {"folder": "docs"}})
 
 
-@pytest.mark.parametrize("verdict, ok", [("PASS", True), ("MAYBE", False)])
-def test_verifier_schema(verdict, ok):
-    value = {"verdict": verdict, "criteria": {c: True for c in verifier.CRITERIA}, "feedback": "", "response": "r"}
+@pytest.mark.parametrize("verdict, holds, feedback, ok", [
+    ("PASS", True, "", True), ("MAYBE", True, "", False),
+    ("PASS", False, "", False),  # PASS needs all four criteria
+    ("FAIL", False, "step 1 failed", True), ("FAIL", False, "", False),  # FAIL needs feedback
+])
+def test_verifier_schema_matches_the_parser(verdict, holds, feedback, ok):
+    value = {"verdict": verdict, "criteria": {c: holds for c in verifier.CRITERIA}, "feedback": feedback,
+             "response": "r"}
     assert valid(verifier.output_schema(), value) is ok
+    assert verifier.parse(json.dumps(value)).ok is ok
