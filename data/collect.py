@@ -16,7 +16,6 @@ import concurrent.futures
 import json
 import platform
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -68,10 +67,9 @@ def parse_teacher(spec: str, fault_rate: float = 0.0) -> TeacherSpec:
 class TeacherFactory:
     """Builds the backend for one episode (the gold teacher is per task; others are shared)."""
 
-    def __init__(self, spec: TeacherSpec, environment, seed: int):
+    def __init__(self, spec: TeacherSpec, environment):
         self.spec = spec
         self.environment = environment
-        self.seed = seed
         self._shared = None
         if spec.kind == "openai":
             from heart.runtime.openai_compat import OpenAIBackend
@@ -90,11 +88,11 @@ class TeacherFactory:
         # One in-process model is not thread-safe; gold and remote teachers are.
         return self.spec.kind != "hf"
 
-    def __call__(self, task):
-        if self.spec.kind == "gold":
+    def __call__(self, task, seed: int):
+        if self.spec.kind == "gold":  # phrasing and faults vary with the episode's seed
             from data.teachers import GoldTeacher
 
-            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.spec.fault_rate, seed=self.seed)
+            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.spec.fault_rate, seed=seed)
         return self._shared
 
 
@@ -163,7 +161,7 @@ def collect(args: argparse.Namespace) -> int:
             if episode_id(args.env, tid, seed, teacher.name) not in done]
     (out / "traces").mkdir(exist_ok=True)
     shard = out / "traces" / f"shard-{len(list((out / 'traces').glob('*.jsonl'))):04d}.jsonl"  # one per run
-    factory = TeacherFactory(teacher, environment, seed=0)
+    factory = TeacherFactory(teacher, environment)
     config = LoopConfig(replan_budget=args.budget)
     print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(task_ids) * len(args.seeds)} episodes, "
           f"{len(done)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
@@ -174,14 +172,12 @@ def collect(args: argparse.Namespace) -> int:
     # model call per turn, and ToolFace then finds each query in the embedding cache.
     Embedder().embed(sorted({q for tid, _ in jobs for q in environment.load_task(tid).turns}))
 
-    lock = threading.Lock()
     stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errors": 0}
 
     def one(job):
         task_id, seed = job
         task = environment.load_task(task_id)
-        result = run_episode(environment, task, factory(task), config=config, trace=writer, seed=seed)
-        return result
+        return run_episode(environment, task, factory(task, seed), config=config, trace=writer, seed=seed)
 
     with TraceWriter(shard) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
         workers = args.concurrency if factory.concurrent else 1
@@ -190,20 +186,17 @@ def collect(args: argparse.Namespace) -> int:
             for future in concurrent.futures.as_completed(futures):
                 try:
                     record = future.result().record
-                except Exception as err:  # one broken episode never stops the collection
-                    with lock:
-                        stats["errors"] += 1
+                except Exception as err:  # one broken episode never stops the collection (--resume retries it)
+                    stats["errors"] += 1
                     print(f"collect: episode failed: {type(err).__name__}: {err}", file=sys.stderr)
                 else:
-                    with lock:
-                        stats["n"] += 1
-                        stats["ok"] += record.success
-                        stats["replans"] += sum(record.replans_used)
-                        stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
-                                                  if v == "PASS" and r > 0)
-                bar.update(1)
-                bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}",
-                                eps=f"{bar.format_dict['n'] / max(bar.format_dict['elapsed'], 1e-9):.2f}")
+                    stats["n"] += 1
+                    stats["ok"] += record.success
+                    stats["replans"] += sum(record.replans_used)
+                    stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
+                                              if v == "PASS" and r > 0)
+                bar.update(1)  # tqdm shows episodes/s itself
+                bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}")
     summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shard": str(shard)}
     (out / "last_collect.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"collect: {stats['ok']}/{stats['n']} episodes valid by the {args.env} checker; "

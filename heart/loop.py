@@ -97,6 +97,7 @@ class HeartLoop:
     # -- Algorithm 1 -----------------------------------------------------------------------
     def solve(self, query: str, conversation: list[dict[str, str]] | None = None) -> TurnResult:
         conversation = conversation or []
+        # T_q ← T.retrieve(q): names and one-line descriptions, never schemas
         tools = [{"name": t.name, "description": t.description}
                  for t in self.toolface.retrieve(query, self.config.retrieve_k)]
         clarifications: list[dict[str, str]] = []
@@ -104,12 +105,13 @@ class HeartLoop:
         attempts: list[Attempt] = []
         feedback: str | None = None
 
-        for b in range(self.config.replan_budget + 1):
+        for b in range(self.config.replan_budget + 1):  # the first plan, then ≤ B re-plans
             attempt = Attempt(b)
             attempts.append(attempt)
             if b > 0:
                 self.observe("replan", {"attempt": b, "feedback": feedback})
 
+            # P ← Planner(q, T_q, context, feedback); while P is INSUFFICIENT, ask the user
             plan = self.plan(query, tools, conversation, clarifications, executed, feedback, attempt)
             while plan is not None and plan.status == "INSUFFICIENT":
                 if len(clarifications) >= self.config.max_clarifications:
@@ -125,7 +127,7 @@ class HeartLoop:
                 continue
             attempt.plan = plan
 
-            if plan.plan:  # an empty plan goes straight to the Verifier
+            if plan.plan:  # D ← Router(q, P, context); r_d ← Primitive_d(…) in plan order
                 dispatch = self.route(query, plan, conversation, executed, attempt)
                 if dispatch is None:
                     feedback = attempt.feedback
@@ -135,6 +137,7 @@ class HeartLoop:
             executed += [{"step": s, "attempt": b, "tool": r.tool, "status": r.status, "summary": r.summary}
                          for s, r in attempt.results.items() if r.status != "SKIPPED"]
 
+            # V ← Verifier(q, P, r); PASS returns, FAIL feeds back to the Planner
             verdict = self.verify(query, plan, attempt.results, conversation, attempt)
             if verdict is not None and verdict.verdict == "PASS":
                 attempt.verdict = "PASS"
@@ -142,7 +145,7 @@ class HeartLoop:
             attempt.verdict = "FAIL" if verdict is not None else "ERROR"
             feedback = attempt.feedback = verdict.feedback if verdict is not None else attempt.feedback
 
-        return TurnResult("FAIL", self.failure_report(attempts), attempts, clarifications)
+        return TurnResult("FAIL", self.failure_report(attempts), attempts, clarifications)  # budget spent
 
     # -- the four roles --------------------------------------------------------------------
     def _system(self, module) -> str:
