@@ -16,72 +16,44 @@ import concurrent.futures
 import json
 import platform
 import sys
-import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from data.teachers import GoldTeacher, gold_teacher_name
 from heart.environments import load_environment
 from heart.episode import episode_id, run_episode
 from heart.loop import LoopConfig
+from heart.runtime.openai_compat import parse_teacher_spec
 from heart.toolface import Embedder
 from heart.traces import TraceReadStats, TraceWriter, read_trace
 
 MANIFEST = "manifest.json"
 
 
-@dataclass(frozen=True)
-class TeacherSpec:
-    kind: str
-    """gold, openai or hf."""
-    target: str = ""
-    """The endpoint URL (openai) or the model (hf)."""
-    model: str = ""
-    """The model name for openai ("role" = one model per role, named after the role)."""
-    fault_rate: float = 0.0
+class TeacherFactory:
+    """Builds the backend for one episode from a teacher string (``gold``,
+    ``openai:<url>#<model>``, ``hf:<model>``): the gold teacher is per task, others shared."""
+
+    def __init__(self, spec: str, fault_rate: float, environment):
+        self.spec = parse_teacher_spec(spec)
+        if fault_rate and self.spec.kind != "gold":
+            raise ValueError(f"--fault-rate applies to the gold teacher only, not to {spec!r}")
+        self.fault_rate = fault_rate
+        self.environment = environment
+        self._shared = None
+        if self.spec.kind == "openai":
+            from heart.runtime.openai_compat import OpenAIBackend
+
+            self._shared = OpenAIBackend(self.spec.url, self.spec.model)
+        elif self.spec.kind == "hf":
+            from heart.runtime.hf import TransformersBackend
+
+            self._shared = TransformersBackend(self.spec.model)
 
     @property
     def name(self) -> str:
         """The teacher's backend name, as it appears in traces and episode ids."""
-        if self.kind == "gold":
-            return "gold" if self.fault_rate == 0 else f"gold+faults{self.fault_rate:g}"
-        if self.kind == "openai":
-            return f"openai:{self.target}#{self.model}"
-        return f"hf:{self.target}"
-
-
-def parse_teacher(spec: str, fault_rate: float = 0.0) -> TeacherSpec:
-    """``gold`` | ``openai:<url>#<model>`` | ``hf:<model>`` → :class:`TeacherSpec`."""
-    if spec == "gold":
-        return TeacherSpec("gold", fault_rate=fault_rate)
-    if spec.startswith("openai:"):
-        url, _, model = spec[len("openai:"):].partition("#")
-        if not url or not model:
-            raise ValueError(f"teacher {spec!r}: expected openai:<base_url>#<model> (model 'role' = per-role names)")
-        return TeacherSpec("openai", url, model)
-    if spec.startswith("hf:") and len(spec) > 3:
-        return TeacherSpec("hf", spec[3:])
-    raise ValueError(f"unknown teacher {spec!r}: expected gold, openai:<url>#<model> or hf:<model>")
-
-
-class TeacherFactory:
-    """Builds the backend for one episode (the gold teacher is per task; others are shared)."""
-
-    def __init__(self, spec: TeacherSpec, environment):
-        self.spec = spec
-        self.environment = environment
-        self._shared = None
-        if spec.kind == "openai":
-            from heart.runtime.openai_compat import OpenAIBackend
-
-            model = {r: r for r in ("planner", "router", "primitive", "verifier")} if spec.model == "role" else spec.model
-            self._shared = OpenAIBackend(spec.target, model)
-            self._shared.name = spec.name
-        elif spec.kind == "hf":
-            from heart.runtime.hf import TransformersBackend
-
-            self._shared = TransformersBackend(spec.target)
-            self._shared.name = spec.name
+        return gold_teacher_name(self.fault_rate) if self._shared is None else self._shared.name
 
     @property
     def concurrent(self) -> bool:
@@ -89,10 +61,8 @@ class TeacherFactory:
         return self.spec.kind != "hf"
 
     def __call__(self, task, seed: int):
-        if self.spec.kind == "gold":  # phrasing and faults vary with the episode's seed
-            from data.teachers import GoldTeacher
-
-            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.spec.fault_rate, seed=seed)
+        if self._shared is None:  # gold: phrasing and faults vary with the episode's seed
+            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.fault_rate, seed=seed)
         return self._shared
 
 
@@ -116,7 +86,7 @@ def finished_episodes(out: Path) -> set[str]:
     return done
 
 
-def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherSpec, task_ids: list[str]) -> None:
+def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory, task_ids: list[str]) -> None:
     """Record this collection in ``manifest.json``: one entry per (env, split, teacher).
 
     A run folder may hold several collections (e.g. BFCL and AgentDojo train splits, built
@@ -148,8 +118,11 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherSpec, t
 
 def collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    teacher = parse_teacher(args.teacher, args.fault_rate)
     environment = load_environment(args.env)
+    try:
+        teacher = TeacherFactory(args.teacher, args.fault_rate, environment)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     task_ids = environment.task_ids(args.split)
     if args.limit:
         task_ids = task_ids[: args.limit]
@@ -161,7 +134,6 @@ def collect(args: argparse.Namespace) -> int:
             if episode_id(args.env, tid, seed, teacher.name) not in done]
     (out / "traces").mkdir(exist_ok=True)
     shard = out / "traces" / f"shard-{len(list((out / 'traces').glob('*.jsonl'))):04d}.jsonl"  # one per run
-    factory = TeacherFactory(teacher, environment)
     config = LoopConfig(replan_budget=args.budget)
     print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(task_ids) * len(args.seeds)} episodes, "
           f"{len(done)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
@@ -177,10 +149,10 @@ def collect(args: argparse.Namespace) -> int:
     def one(job):
         task_id, seed = job
         task = environment.load_task(task_id)
-        return run_episode(environment, task, factory(task, seed), config=config, trace=writer, seed=seed)
+        return run_episode(environment, task, teacher(task, seed), config=config, trace=writer, seed=seed)
 
     with TraceWriter(shard) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
-        workers = args.concurrency if factory.concurrent else 1
+        workers = args.concurrency if teacher.concurrent else 1
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(one, job) for job in jobs]
             for future in concurrent.futures.as_completed(futures):

@@ -22,6 +22,11 @@ from heart.roles.common import role_input
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
 
+def gold_teacher_name(fault_rate: float) -> str:
+    """The gold teacher's backend name (it enters episode ids, so resume depends on it)."""
+    return "gold" if fault_rate == 0 else f"gold+faults{fault_rate:g}"
+
+
 FAULT_KINDS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_reference")
 
 
@@ -86,7 +91,7 @@ class GoldTeacher:
         self.fault_rate = fault_rate
         self.max_faults_per_turn = max_faults_per_turn
         self.rng = random.Random(f"{task.env}/{task.task_id}/{seed}")
-        self.name = "gold" if fault_rate == 0 else f"gold+faults{fault_rate:g}"
+        self.name = gold_teacher_name(fault_rate)
         self._turns: dict[int, _TurnState] = {}
         self._current: _TurnState | None = None
         self._faults: dict[int, str] = {}  # plan step → fault the Primitive will carry out

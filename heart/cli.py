@@ -36,12 +36,10 @@ def _backend(args: argparse.Namespace, task=None, environment=None):
 
         return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate)
     if args.model.startswith("openai:"):
-        from data.collect import parse_teacher
-        from heart.runtime.openai_compat import OpenAIBackend
+        from heart.runtime.openai_compat import OpenAIBackend, parse_teacher_spec
 
-        spec = parse_teacher(args.model)
-        roles = ("planner", "router", "primitive", "verifier")
-        return OpenAIBackend(spec.target, {r: r for r in roles} if spec.model == "role" else spec.model)
+        spec = parse_teacher_spec(args.model)
+        return OpenAIBackend(spec.url, spec.model)
     from heart.runtime.hf import TransformersBackend
 
     return TransformersBackend(args.model, adapters=_adapters(args.adapter))

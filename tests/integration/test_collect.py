@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from heart.traces import read_trace
 

@@ -6,7 +6,6 @@ Primitives, real tools execute, and the Verifier judges. Its answers are poor â€
 benchmark's checker scores them â€” which is what distillation is for.
 """
 
-import json
 import subprocess
 import sys
 

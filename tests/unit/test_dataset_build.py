@@ -211,7 +211,7 @@ def test_verifier_balance_downsamples_majority_deterministically(tmp_path):
     report = build_role_datasets(tmp_path / "run", tmp_path / "o1", options)
     assert report.roles["verifier"]["verdicts"]["train"] == {"FAIL": 1, "PASS": 1}
     assert report.roles["verifier"]["removed"]["verifier_balance"] == 1
-    again = build_role_datasets(tmp_path / "run", tmp_path / "o2", options)
+    build_role_datasets(tmp_path / "run", tmp_path / "o2", options)
     assert rows(tmp_path / "o1", "verifier") == rows(tmp_path / "o2", "verifier")
 
 

@@ -5,7 +5,6 @@ wiring: if the roles answer as the gold calls say, every layer between them and 
 benchmark's own checker must carry that through unchanged.
 """
 
-import json
 
 import pytest
 

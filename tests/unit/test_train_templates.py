@@ -1,7 +1,5 @@
 """Marked training templates render exactly what the models' own templates render."""
 
-from pathlib import Path
-
 import pytest
 from transformers import AutoTokenizer
 
