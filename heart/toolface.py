@@ -31,6 +31,9 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     """JSON Schema of the arguments (type "object", with properties / required)."""
+    category: str = ""
+    """ToolFace category (the environment's tool class or suite), which the Planner's
+    ``tool_category`` names; empty when the environment gives none."""
 
     def short_description(self, limit: int = 160) -> str:
         """One line for the Planner: the description without schema details."""
@@ -64,6 +67,7 @@ class RetrievedTool:
     name: str
     description: str
     score: float
+    category: str = ""
 
 
 def default_cache_dir() -> Path:
@@ -205,6 +209,7 @@ class ToolFace:
                 name=self._order[i],
                 description=self._tools[self._order[i]].spec.short_description(),
                 score=float(s),
+                category=self._tools[self._order[i]].spec.category,
             )
             for s, i in zip(scores[0], ids[0])
             if i >= 0

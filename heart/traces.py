@@ -64,6 +64,12 @@ class EpisodeRecord:
     backend: str = ""
     seed: int = 0
     wall_s: float = 0.0
+    errored: bool = False
+    """True when infrastructure failed (a backend exception, an out-of-memory, a checker
+    crash): the episode says nothing about the model and is counted apart, never as a
+    failure."""
+    error: str | None = None
+    """What failed, when ``errored``."""
     kind: str = "episode"
     version: int = TRACE_FORMAT_VERSION
 
