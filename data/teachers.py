@@ -7,77 +7,103 @@
 - ``hf:<model>`` — any transformers model by id or folder (:mod:`heart.runtime.hf`).
 
 A teacher is a backend like any other, so collection runs the very loop inference runs.
+
+The gold teacher writes only what a role could derive from its own input plus the gold
+calls (issue 8), in the formats of HEART Appendix D:
+
+- **Planner**: plans only with tools in ``available_tools``. When a gold tool of the turn
+  was not retrieved, it does not plan with the unseen tool: it answers an empty plan (the
+  prompt's rule for "no available tool serves the request") and records the miss as
+  ``retrieval_miss`` in the event's ``extra``; the turn then fails at the checker, honestly.
+- **Router**: binds a gold value literally only when it occurs in the Router's input;
+  otherwise it refers to the result of the previous plan step (``$step_j.result``), from
+  which the Primitive (which sees that result) takes the value. A value that is in neither
+  is bound as is and counted by the build's ``router_ungrounded`` filter.
+- **Verifier**: judges each step against the gold call — FAIL when it deviates — with
+  criteria per fault kind and feedback written from the Verifier's own input (step,
+  argument, what the request asked, what was used). It never writes benchmark answer text.
+- **Faults** (``fault_rate``): schema faults that fail binding (no side effects) and
+  semantic faults that execute cleanly with a plausible wrong value taken from the same
+  task's context, so the Verifier learns FAILs that execution alone does not show.
+
+Every answer is clipped to its role's length limits, so it validates against the schema
+the role is served with (``schema_for_input`` of its own input).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from data.grounding import grounded
 from heart.environments.base import Task, ToolCall
+from heart.primitives import one_line
+from heart.roles import planner, router, verifier
 from heart.roles.common import role_input
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
+
 
 def gold_teacher_name(fault_rate: float) -> str:
     """The gold teacher's backend name (it enters episode ids, so resume depends on it)."""
     return "gold" if fault_rate == 0 else f"gold+faults{fault_rate:g}"
 
 
-FAULT_KINDS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_reference")
+SCHEMA_FAULTS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_reference")
+"""Faults that fail binding or resolution: visible failures without side effects."""
+SEMANTIC_FAULTS = ("semantic_value",)
+"""Faults that bind and may execute cleanly, but with a plausible wrong value."""
+FAULT_KINDS = SCHEMA_FAULTS + SEMANTIC_FAULTS
+SEMANTIC_SHARE = 0.5
+"""Share of injected faults that are semantic."""
+
+_QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 
-def _args_text(arguments: dict[str, Any]) -> str:
-    if not arguments:
-        return "no arguments"
-    return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
-
-
-def _purpose(spec: ToolSpec | None) -> str:
-    """A short verb phrase from the tool's description (its first sentence, lowercased)."""
-    if spec is None:
-        return ""
-    text = spec.description.split("Tool description:")[-1].strip()
-    sentence = text.split(". ")[0].rstrip(".").strip()
+def _purpose(description: str) -> str:
+    """A short verb phrase from a tool description (its first sentence, lowercased)."""
+    text = description.split("Tool description:")[-1].strip()
+    sentence = text.split(". ")[0].rstrip(".…").strip()
     return sentence[:1].lower() + sentence[1:] if sentence else ""
+
+
+def _value_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 # Natural-language fields are written from several templates so the student learns the
 # content, not one phrasing.
-OBJECTIVES = (
-    "{Purpose} using {tool} ({args}).",
-    "Call {tool} with {args}.",
-    "Use {tool} to {purpose}.",
-    "{Purpose}: {tool}({args}).",
-)
-REQUESTS = (
-    "Run {tool} with {args}.",
-    "Please {purpose} — arguments: {args}.",
-    "{Purpose}. Use exactly: {args}.",
-    "Invoke {tool} so that it will {purpose} ({args}).",
-)
-INTENTS = ("Carry out the user's request: {query}", "The user wants: {query}", "Goal — {query}")
-PASS_OPENERS = ("Done.", "All steps succeeded.", "Completed your request.", "Here is what I did.")
+OBJECTIVES = ("{Purpose}{args}.", "Use {tool} to {purpose}{args}.", "{Purpose} with {tool}{args}.")
+REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
 
 
 @dataclass
 class _TurnState:
     turn: int
+    consumed: int = 0
+    """Gold calls of the turn that ran and passed verification."""
     faults: int = 0
-    plan_calls: list[ToolCall] | None = None
-    """The gold calls the current plan covers, in order."""
-    pending: list[tuple[int, ToolCall]] | None = None
+    plan_calls: list[ToolCall] = field(default_factory=list)
+    """The gold calls the current plan covers, in order (step i ↔ plan_calls[i-1])."""
+    pending: list[tuple[int, ToolCall]] = field(default_factory=list)
     """Dispatched (step, call) pairs whose Primitive has not answered yet."""
+    primitive_faults: dict[int, str] = field(default_factory=dict)
+    """Plan step → fault its Primitive will carry out."""
+    injected: dict[int, str] = field(default_factory=dict)
+    """Plan step → fault injected into it in the current attempt (Router or Primitive)."""
 
 
 class GoldTeacher:
     """Answers each role from the gold calls of one task (build one per episode).
 
-    The loop calls roles in a fixed order — Planner, Router, one Primitive per step until
-    a step fails, Verifier — so the teacher follows along with a little state per turn.
+    The loop calls roles in a fixed order — Planner, Router, then per step a Primitive and
+    (per-step verification) a Verifier — so the teacher follows along with a little state
+    per turn: which gold calls already passed, which the current plan covers.
     """
 
     def __init__(self, task: Task, tools: Sequence[ToolSpec], fault_rate: float = 0.0,
@@ -94,7 +120,7 @@ class GoldTeacher:
         self.name = gold_teacher_name(fault_rate)
         self._turns: dict[int, _TurnState] = {}
         self._current: _TurnState | None = None
-        self._faults: dict[int, str] = {}  # plan step → fault the Primitive will carry out
+        self._context_strings = self._task_strings(task)
 
     # -- backend protocol ------------------------------------------------------------------
     def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
@@ -102,7 +128,7 @@ class GoldTeacher:
         payload = role_input(messages)
         answer, meta = {"planner": self._planner, "router": self._router,
                         "primitive": self._primitive, "verifier": self._verifier}[role](payload)
-        text = json.dumps(answer, ensure_ascii=False)
+        text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
         return Generation(text=text, backend=self.name, meta=meta,
                           prompt_tokens=sum(len(m["content"].split()) for m in messages),
                           completion_tokens=len(text.split()), latency_s=time.perf_counter() - start)
@@ -111,71 +137,165 @@ class GoldTeacher:
         return [self.generate(r.role, r.messages, r.sampling) for r in requests]
 
     # -- helpers ---------------------------------------------------------------------------
-    def _fill(self, templates: Sequence[str], call: ToolCall, **more: str) -> str:
-        purpose = _purpose(self.specs.get(call.name)) or f"run {call.name}"
-        return self.rng.choice(templates).format(
-            tool=call.name, args=_args_text(call.arguments), purpose=purpose,
-            Purpose=purpose[:1].upper() + purpose[1:], **more)
-
     @staticmethod
-    def _consumed(executed: list[dict[str, Any]]) -> int:
-        """How many gold calls of the turn already ran.
+    def _task_strings(task: Task) -> dict[str, list[str]]:
+        """String values of the task's context, for plausible semantic faults: every gold
+        argument (by parameter name, and all together) and every quoted phrase of a query."""
+        by_name: dict[str, list[str]] = {"*": []}
+        for turn in task.gold or []:
+            for call in turn:
+                for name, value in call.arguments.items():
+                    if isinstance(value, str) and value.strip():
+                        by_name.setdefault(name, []).append(value)
+                        by_name["*"].append(value)
+        for query in task.turns:
+            by_name["*"] += _QUOTED.findall(query)
+        return {k: sorted(set(v)) for k, v in by_name.items()}
 
-        Every SUCCESS consumed one, in order. Injected faults never reach execution (they
-        fail binding), so a RUNTIME_ERROR is a gold call that the benchmark itself answers
-        with an error — part of the gold sequence, and consumed too.
-        """
-        return sum(1 for e in executed if e["status"] == "SUCCESS" or e["summary"].startswith("RUNTIME_ERROR"))
+    def _args_phrase(self, arguments: dict[str, Any], text: str, references: dict[str, str] | None = None) -> str:
+        """" (k=v, …)" with the grounded values only; references named by their step."""
+        parts = []
+        for name, value in arguments.items():
+            if references and name in references:
+                parts.append(f"{name} from {references[name].split('.')[0][1:].replace('_', ' ')}")
+            elif not isinstance(value, (dict, list)) and grounded(value, text) and value is not None:
+                parts.append(f"{name}={_value_text(value)}")
+        return f" ({', '.join(parts)})" if parts else ""
+
+    def _fill(self, templates: Sequence[str], tool: str, description: str, args: str, limit: int) -> str:
+        purpose = _purpose(description) or f"run {tool}"
+        text = self.rng.choice(templates).format(tool=tool, purpose=purpose, args=args,
+                                                 Purpose=purpose[:1].upper() + purpose[1:])
+        return one_line(text, limit)
 
     def _maybe_fault(self, state: _TurnState) -> str | None:
         if state.faults >= self.max_faults_per_turn or self.rng.random() >= self.fault_rate:
             return None
         state.faults += 1
-        return self.rng.choice(FAULT_KINDS)
+        if self.rng.random() < SEMANTIC_SHARE:
+            return "semantic_value"
+        return self.rng.choice(SCHEMA_FAULTS)
 
-    # -- roles -----------------------------------------------------------------------------
+    # -- Planner ---------------------------------------------------------------------------
     def _planner(self, p: dict[str, Any]) -> tuple[dict, dict]:
         turn = self.task.turns.index(p["user_query"])
         state = self._current = self._turns.setdefault(turn, _TurnState(turn))
-        state.plan_calls = self.task.gold[turn][self._consumed(p.get("executed_so_far", [])):]
-        plan = [{"step": i, "tool": c.name, "objective": self._fill(OBJECTIVES, c),
-                 "depends_on": [i - 1] if i > 1 else []} for i, c in enumerate(state.plan_calls, 1)]
-        intent = self.rng.choice(INTENTS).format(query=" ".join(p["user_query"].split())[:200])
-        return {"status": "SUFFICIENT", "intent": intent, "plan": plan}, {}
+        shown = {t["name"]: t for t in p["available_tools"]}
+        remaining = self.task.gold[turn][state.consumed:]
+        missing = sorted({c.name for c in remaining if c.name not in shown})
+        meta: dict[str, Any] = {}
+        if missing:  # never plan with a tool the Planner was not shown
+            state.plan_calls = []
+            meta["retrieval_miss"] = missing
+        else:  # a plan longer than the input allows is cut: the checker then judges it
+            state.plan_calls = list(remaining)[:p.get("max_steps", len(remaining))]
+        text = json.dumps(p, ensure_ascii=False)
+        query = " ".join(p["user_query"].split())
+        plan = []
+        for i, call in enumerate(state.plan_calls, 1):
+            tool = shown[call.name]
+            args = self._args_phrase(call.arguments, text)
+            plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
+                         "objective": self._fill(OBJECTIVES, call.name, tool["description"], args,
+                                                 planner.OBJECTIVE_CHARS),
+                         "dependencies": [i - 1] if i > 1 else []})
+        constraints = []
+        for call in state.plan_calls:
+            for name, value in call.arguments.items():
+                if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
+                        and str(value).strip() and str(value) in query:
+                    constraints.append(one_line(f"{name}: {value}", planner.CONSTRAINT_CHARS))
+        intent = {
+            "task": one_line(re.split(r"(?<=[.?!])\s", query)[0], planner.TASK_CHARS),
+            "objective": one_line(query, planner.OBJECTIVE_CHARS),
+            "tool_categories": sorted({s["tool_category"] for s in plan}),
+            "constraints": list(dict.fromkeys(constraints))[:planner.MAX_CONSTRAINTS],
+        }
+        answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
+        return answer, meta
 
+    # -- Router ----------------------------------------------------------------------------
     def _router(self, p: dict[str, Any]) -> tuple[dict, dict]:
         state = self._current
-        state.pending, self._faults, meta, dispatch = [], {}, {}, []
+        state.pending, state.primitive_faults, state.injected = [], {}, {}
+        text = json.dumps(p, ensure_ascii=False)
+        meta: dict[str, Any] = {}
+        dispatch = []
         for i, call in enumerate(state.plan_calls, 1):
-            bindings = dict(call.arguments)
+            bindings: dict[str, Any] = {}
+            references: dict[str, str] = {}
+            for name, value in call.arguments.items():
+                if grounded(value, text) or i == 1:
+                    bindings[name] = value
+                else:  # produced upstream: the Primitive takes it from the previous step's result
+                    bindings[name] = references[name] = f"$step_{i - 1}.result"
             fault = self._maybe_fault(state)
             if fault == "stale_reference" and bindings:
-                key = self.rng.choice(list(bindings))
-                bindings[key] = f"$step_{len(state.plan_calls) + 1}.result.{key}"  # a step that never runs
+                name = self.rng.choice(list(bindings))
+                bindings[name] = f"$step_{len(state.plan_calls) + 1}.result.{name}"  # a step that never runs
+                state.injected[i] = fault
                 meta = {"injected_fault": fault, "fault_step": i}
             elif fault:
-                self._faults[i] = "wrong_argument" if fault == "stale_reference" else fault
+                state.primitive_faults[i] = "wrong_argument" if fault == "stale_reference" else fault
             state.pending.append((i, call))
+            spec = self.specs.get(call.name)
             dispatch.append({
                 "step": i, "target_tool": call.name,
-                "invocation_request": self._fill(REQUESTS, call),
+                "invocation_request": self._fill(REQUESTS, call.name, spec.description if spec else "",
+                                                 self._args_phrase(call.arguments, text, references),
+                                                 router.REQUEST_CHARS),
                 "resolved_bindings": bindings,
-                "h_params": {"retry": self.rng.choice((0, 0, 1)), "priority": 0,
-                             "timeout_s": self.rng.choice((10, 15, 30))},
+                "h_params": {"retry": self.rng.choice((1, 1, 2)), "priority": "normal",
+                             "timeout_s": self.rng.choice((30, 30, 60))},
             })
         return {"status": "READY", "dispatch": dispatch}, meta
 
+    # -- Primitive -------------------------------------------------------------------------
     def _primitive(self, p: dict[str, Any]) -> tuple[dict, dict]:
+        state = self._current
         tool = p["tool"]["name"]
-        pending = self._current.pending
-        step, _ = pending.pop(next(i for i, (_, c) in enumerate(pending) if c.name == tool))
-        arguments = dict(p["resolved_bindings"])
-        fault = self._faults.pop(step, None)
+        step, call = state.pending.pop(next(i for i, (_, c) in enumerate(state.pending) if c.name == tool))
+        arguments = dict(call.arguments)
+        fault = state.primitive_faults.pop(step, None)
         if fault is None:
             return {"tool": tool, "arguments": arguments}, {}
-        return self._inject(fault, tool, arguments, p["tool"]["parameters"])
+        if fault == "semantic_value":
+            answer, meta = self._semantic_fault(tool, arguments, p)
+        else:
+            answer, meta = self._schema_fault(fault, tool, arguments, p["tool"]["parameters"])
+        state.injected[step] = meta["injected_fault"]
+        return answer, meta
 
-    def _inject(self, fault: str, tool: str, arguments: dict, schema: dict) -> tuple[dict, dict]:
+    def _semantic_fault(self, tool: str, arguments: dict, p: dict) -> tuple[dict, dict]:
+        """A plausible other value for one literally bound argument (same task's context);
+        falls back to a schema fault when no argument has a plausible alternative."""
+        props = p["tool"]["parameters"].get("properties", {})
+        options = []
+        for name, value in arguments.items():
+            if p["resolved_bindings"].get(name) != value or isinstance(value, bool):
+                continue  # the Verifier must see what was asked: only literal bindings
+            spec = props.get(name, {})
+            if "enum" in spec:
+                others = [o for o in spec["enum"] if o != value]
+            elif isinstance(value, str) and _DATE.match(value):
+                others = [value[:8] + f"{(int(value[8:10]) % 28) + 1:02d}" + value[10:]]
+            elif isinstance(value, str):
+                others = [s for s in self._context_strings.get(name, []) + self._context_strings["*"]
+                          if s != value and s.strip()]
+            elif isinstance(value, (int, float)):
+                others = [value + 1 if isinstance(value, int) else round(value * 2 + 1, 2)]
+            else:
+                others = []
+            if others:
+                options.append((name, others))
+        if not options:
+            return self._schema_fault("wrong_argument", tool, arguments, p["tool"]["parameters"])
+        name, others = self.rng.choice(options)
+        wrong = self.rng.choice(others)
+        return ({"tool": tool, "arguments": {**arguments, name: wrong}},
+                {"injected_fault": "semantic_value", "fault_argument": name})
+
+    def _schema_fault(self, fault: str, tool: str, arguments: dict, schema: dict) -> tuple[dict, dict]:
         """Break the answer so that binding fails: real failures, and no side effects."""
         props = schema.get("properties", {})
         required = [r for r in schema.get("required", []) if r in arguments]
@@ -197,29 +317,58 @@ class GoldTeacher:
             arguments[name] = 1  # a parameter the tool does not have
         return {"tool": tool, "arguments": arguments}, {"injected_fault": "wrong_argument"}
 
+    # -- Verifier --------------------------------------------------------------------------
+    def _judge(self, entry: dict[str, Any]) -> tuple[dict[str, str], str, str]:
+        """(criteria, feedback, fault kind) for one step entry of the Verifier's input:
+        FAIL when the step deviates from its gold call, criteria and feedback from the input."""
+        state = self._current
+        step, tool, envelope = entry["step"], entry["tool"], entry["envelope"]
+        fault = state.injected.get(step)
+        criteria = dict.fromkeys(verifier.CRITERIA, "pass")
+        status = envelope["status"]
+        if fault is None and status in ("SUCCESS", "FAILURE") and (
+                status == "SUCCESS" or envelope.get("failure_type") == "RUNTIME_ERROR"):
+            # the gold call ran; a RUNTIME_ERROR of a gold call is the benchmark's own answer
+            return criteria, "", "none"
+        asked, used = entry["resolved_bindings"], envelope.get("bound_arguments", {})
+        changed = [k for k in asked if k in used and asked[k] != used[k] and not str(asked[k]).startswith("$step_")]
+        reasons = []
+        if changed:
+            k = changed[0]
+            criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
+            reasons.append(f"argument {k} was {_value_text(used[k])} but the request asked for "
+                           f"{_value_text(asked[k])} (argument_consistency, constraint_satisfaction)")
+        if status != "SUCCESS":
+            criteria.update(execution_validity="fail", task_completion="fail")
+            kind = envelope.get("failure_type") or status
+            if kind in ("SCHEMA_RESOLUTION", "CONSTRAINT_VIOLATION"):
+                criteria["argument_consistency"] = "fail"
+            if kind == "CONSTRAINT_VIOLATION":
+                criteria["constraint_satisfaction"] = "fail"
+            failed = [c for c in ("execution_validity", "argument_consistency", "constraint_satisfaction")
+                      if criteria[c] == "fail" and not (changed and c != "execution_validity")]
+            reasons.append(f"it failed with {kind}: {one_line(envelope.get('details', ''), 160)} ({', '.join(failed)})")
+        reasons.append("so the step's objective is not met (task_completion)")
+        advice = (f"Re-plan from step {step}: call {tool} with {changed[0]}={_value_text(asked[changed[0]])}."
+                  if changed else f"Re-plan from step {step}: call {tool} with arguments that match its schema and the request.")
+        feedback = one_line(f"Step {step} ({tool}): " + "; ".join(reasons) + ". " + advice, verifier.FEEDBACK_CHARS)
+        return criteria, feedback, fault or "unlabelled"
+
     def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:
-        results = p["results"]
-        criteria = {"task_completion": True, "argument_consistency": True,
-                    "execution_validity": True, "constraint_satisfaction": True}
-        # A RUNTIME_ERROR of a gold call, with nothing skipped after it, is the benchmark's
-        # expected answer (e.g. "no such file"): the turn is done and the user is told.
-        failed = next((r for r in results if r["status"] != "SUCCESS"
-                       and not (r.get("failure_type") == "RUNTIME_ERROR" and r is results[-1])), None)
-        if not results:  # an empty plan: no available tool serves the request
-            return {"verdict": "PASS", "criteria": criteria, "feedback": "",
-                    "response": "None of the available tools can carry out this request, so I called none."}, {}
-        if failed is None:
-            lines = [f"{r['tool']}: {r['summary']}" for r in results]
-            turn = self._current.turn
-            gold = self.task.gold_response[turn] if self.task.gold_response else ""
-            response = " ".join([self.rng.choice(PASS_OPENERS), *lines, gold]).strip()
-            return {"verdict": "PASS", "criteria": criteria, "feedback": "", "response": response}, {}
-        criteria.update(task_completion=False, execution_validity=False)
-        if failed.get("failure_type") in ("SCHEMA_RESOLUTION", "CONSTRAINT_VIOLATION"):
-            criteria["argument_consistency"] = False
-        step = failed["step"]
-        kind = failed.get("failure_type") or failed["status"]
-        feedback = (f"Step {step} ({failed['tool']}) failed with {kind}: {failed.get('details') or failed['summary']}. "
-                    f"Re-plan from step {step}: call {failed['tool']} with arguments that match its schema and "
-                    f"the request; do not repeat the steps that succeeded.")
-        return {"verdict": "FAIL", "criteria": criteria, "feedback": feedback, "response": ""}, {}
+        state = self._current
+        steps = p["steps"]
+        judged = [(entry, *self._judge(entry)) for entry in steps]
+        failing = next(((e, c, f, k) for e, c, f, k in judged if f), None)
+        passed_prefix = 0
+        for _, _, feedback, _ in judged:
+            if feedback:
+                break
+            passed_prefix += 1
+        state.consumed += passed_prefix
+        if failing is None:
+            step = steps[-1]["step"] if steps else 0
+            return ({"status": "PASS", "step": step, "criteria": dict.fromkeys(verifier.CRITERIA, "pass"),
+                     "feedback": ""}, {"fault_kind": "none"})
+        entry, criteria, feedback, kind = failing
+        return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
+                {"fault_kind": kind})

@@ -29,15 +29,16 @@ class Account:
             plan = p["plan"]
             if plan.status == "INSUFFICIENT":
                 return  # the clarification event tells it
-            w(f"  [attempt {p['attempt']}] plan ({_short(plan.intent or 'no intent stated', 120)}):")
+            again = " (re-plan)" if plan.replanned else ""
+            w(f"  [attempt {p['attempt']}] plan{again} ({_short(plan.intent.task or 'no task stated', 120)}):")
             for s in plan.plan:
-                deps = f" after {s.depends_on}" if s.depends_on else ""
-                w(f"    {s.step}. {s.tool}{deps}: {_short(s.objective, 120)}")
+                deps = f" after {s.dependencies}" if s.dependencies else ""
+                w(f"    {s.step}. {s.tool_hint}{deps}: {_short(s.objective, 120)}")
         elif kind == "dispatch":
             for d in p["dispatch"].dispatch:
                 h = d.h_params
                 w(f"    → step {d.step} {d.target_tool} {_short(d.resolved_bindings, 100)} "
-                  f"(retry={h.retry}, priority={h.priority}, timeout={h.timeout_s:g}s): {_short(d.invocation_request, 100)}")
+                  f"(retry={h.retry}, priority={h.priority}, timeout={h.timeout_s}s): {_short(d.invocation_request, 100)}")
         elif kind == "result":
             e = p["envelope"]
             if e.ok:
@@ -46,13 +47,12 @@ class Account:
                 w(f"    ✗ step {p['step']} {e.tool}: {e.failure_type}: {_short(e.details, 140)}")
         elif kind == "verdict":
             v = p["verdict"]
-            failed = [c for c, ok in v.criteria.model_dump().items() if not ok]
-            detail = _short(v.response, 200) if v.verdict == "PASS" else f"{failed} {_short(v.feedback, 160)}"
-            w(f"  verifier: {v.verdict} {detail}")
+            detail = "" if v.status == "PASS" else f" {v.criteria.failed()} {_short(v.feedback, 200)}"
+            w(f"  verifier (step {v.step}): {v.status}{detail}")
         elif kind == "parse_error":
             w(f"  ! {p['role']} output unusable (attempt {p['attempt']}): {_short(p['error'], 200)}")
         elif kind == "replan":
-            w(f"  ↻ re-plan {p['attempt']} with feedback: {_short(p['feedback'], 200)}")
+            w(f"  ↻ re-plan {p['attempt']} with {len(p['feedback'])} feedback(s), latest: {_short(p['feedback'][-1], 200)}")
         elif kind == "turn_end":
             r = p["result"]
             w(f"  turn {p['turn']}: {r.verdict} after {len(r.attempts)} attempt(s)")

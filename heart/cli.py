@@ -172,7 +172,7 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--trace", help="append trace events to this JSONL file")
     p.add_argument("--budget", type=int, default=3, help="re-plan budget B (default 3)")
     p.add_argument("--max-clarifications", type=int, default=2, help="clarification questions per turn")
-    p.add_argument("--max-plan-steps", type=int, default=6, help="longest plan (with constrained decoding)")
+    p.add_argument("--max-plan-steps", type=int, default=10, help="longest plan (with constrained decoding)")
     p.add_argument("--retrieve-k", type=int, default=10, help="tools ToolFace shows the Planner")
     p.add_argument("--max-new-tokens", type=int, default=512, help="per role call")
     p.add_argument("--fault-rate", type=float, default=0.0, help="with --model gold: injected fault rate")

@@ -21,6 +21,10 @@ from heart.toolface import ToolFace
 from heart.traces import EpisodeRecord, TraceWriter
 
 
+CONVERSATION_RESPONSE_CHARS = 600
+"""How much of each earlier turn's response later turns see (the Planner sees less)."""
+
+
 def episode_id(env: str, task_id: str, seed: int, backend: str) -> str:
     return hashlib.sha256(f"{env}\x00{task_id}\x00{seed}\x00{backend}".encode()).hexdigest()[:20]
 
@@ -62,7 +66,7 @@ def run_episode(
         session.finish_turn(turn, result.response)
         observe("turn_end", {"turn": turn, "result": result})
         turns.append(result)
-        conversation.append({"user": query, "response": summarize(result.response, 300)})
+        conversation.append({"user": query, "response": summarize(result.response, CONVERSATION_RESPONSE_CHARS)})
 
     score = session.score()
     record = EpisodeRecord(

@@ -1,37 +1,75 @@
 """The HEART loop: Algorithm 1 of the paper, for one user turn.
 
-    Input: query q, ToolFace T, budget B
-    T_q ← T.retrieve(q)                                  # names + short descriptions only
-    for b = 0 … B:                                       # the first plan, then ≤ B re-plans
-        P ← Planner(q, T_q, context, feedback)
-        while P is INSUFFICIENT:                         # ask, at most C times
-            context ← context ∪ {(P.question, User(P.question))};  P ← Planner(…)
-        D ← Router(q, P, context)                        # bindings, $step_j.field, h-params
-        for each dispatch d ∈ D, in plan order:
-            r_d ← Primitive_{d.tool}(d.request, resolve(d.bindings, r_<d))   # SUCCESS | FAILURE
-        V ← Verifier(q, P, r)                            # four criteria
-        if V = PASS: return V.response
-        feedback ← V.feedback
-    return failure report                                # budget spent
+Algorithm 1 (HEART, Appendix C), as the paper writes it::
 
-Steps run in plan order (tools share state: `cd` before `mkdir`); after a failed step the
-rest of the attempt is skipped, so nothing acts on a state the plan did not expect. A
-malformed role output fails the attempt with its parse error as feedback, like a FAIL.
+    Input: query q, ToolFace T, budget B;  C ← ∅ (context), b ← 0
+    T_q ← T.retrieve(q)
+    while b ≤ B:
+        π ← PLANNER(q, T_q, C)                  # intent, sufficiency, plan (or a question)
+        D ← ROUTER(π, C)                        # bindings, $step_j references, h-params
+        for each step k of π:
+            r_k ← P_k(x_k; c)                   # Eq. 1: the Primitive gets the upstream result c
+            v_k, ϕ_k ← VERIFIER(r_k, π_k, s_k)  # the step, its plan entry, its tool schema
+            if v_k = FAIL:  C ← C ∪ {ϕ_k};  b ← b + 1;  re-plan;  break
+        if every step passed: return the results
+    return failure                               # budget spent
+
+How this module maps it: :meth:`HeartLoop.solve` is the ``while`` (the first plan, then at
+most B re-plans, each annotated ``replanned: true`` by the Planner); ``feedback`` is C and
+keeps every feedback of the turn, so a re-plan sees all of them; :meth:`run_steps` is the
+``for``: among the steps whose dependencies succeeded it runs the one of highest priority
+(then the lowest step number), gives its Primitive the results of the steps it depends on
+(``upstream_context``), and verifies it at once with its tool's schema in the Verifier's
+input; a step whose dependencies did not succeed is skipped, whatever happened to
+unrelated steps.
+
+Where it departs from the paper, and why:
+
+- **Final answer.** Algorithm 1 returns the results; users need a sentence. The turn's
+  response is assembled deterministically from the results of the steps that ran (no model
+  call, so nothing can be invented or copied from hidden answers); with an empty plan it
+  says that no available tool serves the request. An empty plan has no step to verify, so
+  it ends the turn without a Verifier call.
+- **Clarifications.** INSUFFICIENT plans ask the environment's user, at most
+  ``max_clarifications`` times per turn (the paper sets no cap); after that the Planner's
+  input says ``may_ask: false`` and its schema no longer allows a question.
+- **Malformed outputs.** A role answer that does not parse ends the attempt like a FAIL,
+  with the parse error as feedback (the paper assumes well-formed answers).
+- **Whole-attempt variant.** ``LoopConfig.verify = "attempt"`` keeps the earlier design for
+  comparison: all steps run (dependency-aware), then one Verifier call judges the attempt.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from heart.calls import RoleClient
-from heart.primitives import SCHEMA_RESOLUTION, BindingError, Envelope, execute, failure, resolve_references
+from heart.primitives import (
+    SCHEMA_RESOLUTION,
+    BindingError,
+    Envelope,
+    clip,
+    execute_with_retry,
+    failure,
+    one_line,
+    resolve_references,
+)
 from heart.roles import planner, primitive, router, verifier
 from heart.roles.planner import PlannerOutput
-from heart.roles.router import RouterOutput
+from heart.roles.router import PRIORITY_RANK, Dispatch, RouterOutput
+from heart.roles.verifier import VerifierOutput
 from heart.toolface import ToolFace
 
 Observer = Callable[[str, dict[str, Any]], None]
+
+PLANNER_CONVERSATION_CHARS = 160
+"""The Planner sees earlier turns' responses cut to this: it plans from the gist, while the
+Router, which must ground values, sees them as the episode keeps them."""
+RESPONSE_RESULT_CHARS = 600
+"""How much of each step's result the turn's response quotes."""
+NO_TOOL_RESPONSE = "None of the available tools can carry out this request, so I called none."
 
 
 @dataclass(frozen=True)
@@ -44,15 +82,24 @@ class LoopConfig:
     """How many clarification questions the Planner may ask per turn."""
     retrieve_k: int = 10
     """How many tools ToolFace shows the Planner."""
-    max_plan_steps: int = 6
-    """Longest plan constrained decoding lets the Planner write."""
+    max_plan_steps: int = 10
+    """Longest plan the Planner may write."""
+    verify: Literal["step", "attempt"] = "step"
+    """"step": Algorithm 1, one Verifier call per executed step, right after it runs;
+    "attempt": all steps run, then one Verifier call judges the whole attempt."""
     short_prompts: tuple[str, ...] = ()
     """Roles served by context-distilled adapters: they get the short system prompt."""
     prefill: bool = False
     """Start each answer with the role's RESPONSE_PREFIX (steers small base models into JSON)."""
     constrained: bool = False
-    """Constrain decoding to each role's output schema (tools, steps and arguments included);
+    """Constrain decoding to each role's output schema (``schema_for_input`` of its input);
     it supersedes ``prefill``. Backends that cannot constrain answer unconstrained."""
+
+    def __post_init__(self) -> None:
+        if self.verify not in ("step", "attempt"):
+            raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
+        if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 or self.retrieve_k < 1:
+            raise ValueError(f"invalid LoopConfig: {self}")
 
 
 @dataclass
@@ -61,6 +108,9 @@ class Attempt:
     plan: PlannerOutput | None = None
     dispatch: RouterOutput | None = None
     results: dict[int, Envelope] = field(default_factory=dict)
+    """Envelope per step, in the order the steps ran (SKIPPED: dependencies did not succeed)."""
+    verdicts: dict[int, VerifierOutput] = field(default_factory=dict)
+    """Verifier verdict per judged step (whole-attempt variant: one, under its ``step``)."""
     verdict: str = "ERROR"
     """PASS, FAIL, or ERROR when no verdict could be read."""
     feedback: str = ""
@@ -69,7 +119,7 @@ class Attempt:
 @dataclass
 class TurnResult:
     verdict: str
-    """PASS when the Verifier passed an attempt; FAIL when the budget ran out."""
+    """PASS when every step of an attempt passed; FAIL when the budget ran out."""
     response: str
     attempts: list[Attempt]
     clarifications: list[dict[str, str]]
@@ -97,155 +147,214 @@ class HeartLoop:
     # -- Algorithm 1 -----------------------------------------------------------------------
     def solve(self, query: str, conversation: list[dict[str, str]] | None = None) -> TurnResult:
         conversation = conversation or []
-        # T_q ← T.retrieve(q): names and one-line descriptions, never schemas
-        tools = [{"name": t.name, "description": t.description}
+        # T_q ← T.retrieve(q): names, one-line descriptions and categories, never schemas
+        tools = [{"name": t.name, "description": t.description, "category": t.category}
                  for t in self.toolface.retrieve(query, self.config.retrieve_k)]
         clarifications: list[dict[str, str]] = []
         executed: list[dict[str, Any]] = []
+        feedback: list[str] = []  # C: every feedback of the turn stays in context
         attempts: list[Attempt] = []
-        feedback: str | None = None
 
         for b in range(self.config.replan_budget + 1):  # the first plan, then ≤ B re-plans
             attempt = Attempt(b)
             attempts.append(attempt)
             if b > 0:
-                self.observe("replan", {"attempt": b, "feedback": feedback})
+                self.observe("replan", {"attempt": b, "feedback": list(feedback)})
+            context = {"query": query, "tools": tools, "conversation": conversation,
+                       "clarifications": clarifications, "executed": executed, "feedback": feedback}
 
-            # P ← Planner(q, T_q, context, feedback); while P is INSUFFICIENT, ask the user
-            plan = self.plan(query, tools, conversation, clarifications, executed, feedback, attempt)
-            while plan is not None and plan.status == "INSUFFICIENT":
-                if len(clarifications) >= self.config.max_clarifications:
-                    break
+            # π ← PLANNER(q, T_q, C); an INSUFFICIENT plan asks the user (bounded)
+            plan = self.plan(context, attempt)
+            while plan is not None and plan.status == "INSUFFICIENT" \
+                    and len(clarifications) < self.config.max_clarifications:
                 answer = self.ask_user(plan.clarification)
                 clarifications.append({"question": plan.clarification, "answer": answer})
                 self.observe("clarification", clarifications[-1])
-                plan = self.plan(query, tools, conversation, clarifications, executed, feedback, attempt)
+                plan = self.plan(context, attempt)
             if plan is None or plan.status == "INSUFFICIENT":
-                feedback = attempt.feedback = (
-                    attempt.feedback or "The clarification budget is spent: plan with the information given."
-                )
+                attempt.feedback = attempt.feedback or "The clarification budget is spent: plan with the information given."
+                feedback.append(attempt.feedback)
                 continue
             attempt.plan = plan
-
-            if plan.plan:  # D ← Router(q, P, context); r_d ← Primitive_d(…) in plan order
-                dispatch = self.route(query, plan, conversation, executed, attempt)
-                if dispatch is None:
-                    feedback = attempt.feedback
-                    continue
-                attempt.dispatch = dispatch
-                attempt.results = self.execute(dispatch, b)
-            executed += [{"step": s, "attempt": b, "tool": r.tool, "status": r.status, "summary": r.summary}
-                         for s, r in attempt.results.items() if r.status != "SKIPPED"]
-
-            # V ← Verifier(q, P, r); PASS returns, FAIL feeds back to the Planner
-            verdict = self.verify(query, plan, attempt.results, conversation, attempt)
-            if verdict is not None and verdict.verdict == "PASS":
+            if not plan.plan:  # nothing any available tool can do: no step to verify
                 attempt.verdict = "PASS"
-                return TurnResult("PASS", verdict.response, attempts, clarifications)
-            attempt.verdict = "FAIL" if verdict is not None else "ERROR"
-            feedback = attempt.feedback = verdict.feedback if verdict is not None else attempt.feedback
+                return TurnResult("PASS", NO_TOOL_RESPONSE, attempts, clarifications)
+
+            # D ← ROUTER(π, C)
+            dispatch = self.route(context, plan, attempt)
+            if dispatch is None:
+                feedback.append(attempt.feedback)
+                continue
+            attempt.dispatch = dispatch
+
+            # for each step k: r_k ← P_k(x_k; c); VERIFIER(r_k, π_k, s_k); FAIL → C ∪ {ϕ_k}, break
+            self.run_steps(context, attempt)
+            executed += [{"attempt": b, "step": s, "tool": r.tool, "status": r.status, "summary": r.summary}
+                         for s, r in attempt.results.items() if r.status != "SKIPPED"]
+            if attempt.verdict == "PASS":
+                return TurnResult("PASS", self.response(attempts), attempts, clarifications)
+            feedback.append(attempt.feedback)
 
         return TurnResult("FAIL", self.failure_report(attempts), attempts, clarifications)  # budget spent
+
+    def run_steps(self, context: dict[str, Any], attempt: Attempt) -> None:
+        """Run the attempt's steps in dependency + priority order, verifying as configured;
+        sets ``attempt.verdict`` and, on FAIL, ``attempt.feedback``."""
+        plan_steps = {s.step: s for s in attempt.plan.plan}
+        pending = {d.step: d for d in attempt.dispatch.dispatch}
+        done: set[int] = set()  # steps that succeeded: their dependants may run
+        while pending:
+            blocked = {s: d for s, d in pending.items()
+                       if any(dep in attempt.results and dep not in done for dep in plan_steps[s].dependencies)}
+            for s in sorted(blocked):
+                failed = [dep for dep in plan_steps[s].dependencies if dep in attempt.results and dep not in done]
+                attempt.results[s] = Envelope("SKIPPED", pending.pop(s).target_tool,
+                                              details=f"not run: step(s) {failed} did not succeed",
+                                              summary=f"not run: step(s) {failed} did not succeed")
+            ready = [d for s, d in pending.items() if all(dep in done for dep in plan_steps[s].dependencies)]
+            if not ready:
+                if pending and not blocked:  # only when a dependency is never dispatched
+                    for s in sorted(pending):
+                        attempt.results[s] = Envelope("SKIPPED", pending.pop(s).target_tool,
+                                                      details="not run: a dependency was not dispatched",
+                                                      summary="not run: a dependency was not dispatched")
+                continue
+            d = min(ready, key=lambda d: (-PRIORITY_RANK[d.h_params.priority], d.step))
+            del pending[d.step]
+            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps)
+            self.observe("result", {"attempt": attempt.attempt, "step": d.step, "envelope": envelope})
+            if self.config.verify == "attempt":
+                if envelope.ok:
+                    done.add(d.step)
+                continue
+            verdict = self.verify(context, attempt, [d])
+            if verdict is None:
+                attempt.verdict = "ERROR"
+                return
+            if verdict.status == "FAIL":
+                attempt.verdict, attempt.feedback = "FAIL", verdict.feedback
+                return
+            done.add(d.step)
+        if self.config.verify == "step":
+            attempt.verdict = "PASS"
+            return
+        verdict = self.verify(context, attempt, list(attempt.dispatch.dispatch))
+        if verdict is None:
+            attempt.verdict = "ERROR"
+        else:
+            attempt.verdict = verdict.status
+            attempt.feedback = verdict.feedback
 
     # -- the four roles --------------------------------------------------------------------
     def _system(self, module) -> str:
         short = module.ROLE in self.config.short_prompts
         return module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
 
-    def _prefill(self, module) -> str:
-        return module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained else ""
+    def _ask(self, module, payload: dict[str, Any], attempt: int, step: int | None = None, record: bool = True):
+        """One role call: messages from the payload, parsed against the payload, decoding
+        constrained by the schema the payload implies."""
+        prefill = module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained else ""
+        schema = module.schema_for_input(payload) if self.config.constrained else None
+        return self.roles.call(module.ROLE, module.build_messages(payload, system_prompt=self._system(module)),
+                               lambda text: module.parse_for_input(text, payload), attempt, step=step,
+                               record=record, prefill=prefill, schema=schema)
 
-    def _schema(self, build, *args) -> dict[str, Any] | None:
-        return build(*args) if self.config.constrained else None
-
-    def plan(self, query, tools, conversation, clarifications, executed, feedback,
-             attempt: Attempt) -> PlannerOutput | None:
-        b = attempt.attempt
-        messages = planner.build_messages(query, tools, conversation, clarifications, executed, feedback,
-                                          system_prompt=self._system(planner))
-        call = self.roles.call("planner", messages, lambda text: planner.parse(text, set(self.toolface.names())), b,
-                               prefill=self._prefill(planner),
-                               schema=self._schema(planner.output_schema, self.toolface.names(),
-                                                   len(clarifications) < self.config.max_clarifications,
-                                                   self.config.max_plan_steps))
+    def plan(self, context: dict[str, Any], attempt: Attempt) -> PlannerOutput | None:
+        conversation = [{"user": c["user"], "response": one_line(c["response"], PLANNER_CONVERSATION_CHARS)}
+                        for c in context["conversation"]]
+        payload = planner.build_payload(
+            context["query"], context["tools"], conversation=conversation,
+            clarifications=context["clarifications"], executed_so_far=context["executed"],
+            feedback=context["feedback"],
+            may_ask=len(context["clarifications"]) < self.config.max_clarifications,
+            max_steps=self.config.max_plan_steps)
+        call = self._ask(planner, payload, attempt.attempt)
         if not call.ok:
             self._attempt_error(attempt, "planner", call.result.error)
             return None
-        self.observe("plan", {"attempt": b, "plan": call.result.value})
+        self.observe("plan", {"attempt": attempt.attempt, "plan": call.result.value})
         return call.result.value
 
-    def route(self, query, plan: PlannerOutput, conversation, executed, attempt: Attempt) -> RouterOutput | None:
-        b = attempt.attempt
-        steps = [s.model_dump() for s in plan.plan]
-        parameters = {s.tool: list(self.toolface.get(s.tool).spec.parameters.get("properties", {}))
-                      for s in plan.plan}
-        messages = router.build_messages(query, steps, parameters, conversation, executed,
-                                         system_prompt=self._system(router))
-        call = self.roles.call("router", messages,
-                               lambda text: router.parse(text, {s.step: s.tool for s in plan.plan}), b,
-                               prefill=self._prefill(router),
-                               schema=self._schema(router.output_schema, {s.step: s.tool for s in plan.plan}, parameters))
+    def route(self, context: dict[str, Any], plan: PlannerOutput, attempt: Attempt) -> RouterOutput | None:
+        steps = [{"step": s.step, "tool_hint": s.tool_hint, "objective": s.objective, "dependencies": s.dependencies}
+                 for s in plan.plan]
+        tools = {s.tool_hint: router.tool_parameters(self.toolface.get(s.tool_hint).spec.parameters)
+                 for s in plan.plan}
+        payload = router.build_payload(context["query"], steps, tools, conversation=context["conversation"],
+                                       clarifications=context["clarifications"],
+                                       executed_so_far=context["executed"])
+        call = self._ask(router, payload, attempt.attempt)
         if not call.ok:
             self._attempt_error(attempt, "router", call.result.error)
             return None
-        self.observe("dispatch", {"attempt": b, "dispatch": call.result.value})
+        self.observe("dispatch", {"attempt": attempt.attempt, "dispatch": call.result.value})
         return call.result.value
 
-    def execute(self, dispatch: RouterOutput, b: int) -> dict[int, Envelope]:
-        results: dict[int, Envelope] = {}
-        for d in sorted(dispatch.dispatch, key=lambda d: d.step):
-            failed = next((s for s, r in results.items() if not r.ok), None)
-            if failed is not None:
-                results[d.step] = Envelope("SKIPPED", d.target_tool, details=f"not run: step {failed} failed",
-                                           summary=f"not run: step {failed} failed")
-                continue
-            results[d.step] = self.run_primitive(d, results, b)
-            self.observe("result", {"attempt": b, "step": d.step, "envelope": results[d.step]})
-        return results
-
-    def run_primitive(self, d, results: dict[int, Envelope], b: int) -> Envelope:
+    def run_primitive(self, d: Dispatch, attempt: Attempt, plan_steps: dict) -> Envelope:
         tool = self.toolface.get(d.target_tool)
         try:
-            bindings = resolve_references(d.resolved_bindings, results)
+            bindings = resolve_references(d.resolved_bindings, attempt.results)
         except BindingError as err:
             return failure(tool.name, err.failure_type, err.details, d.resolved_bindings)
+        # Eq. 1, P_i(x; c): the results of the steps this one depends on
+        upstream = [{"step": dep, "tool": attempt.results[dep].tool, "result": clip(attempt.results[dep].result)}
+                    for dep in plan_steps[d.step].dependencies if dep in attempt.results]
         card = primitive.tool_card(tool.name, tool.spec.description, tool.spec.parameters)
-        messages = primitive.build_messages(d.invocation_request, bindings, card,
-                                            system_prompt=self._system(primitive))
-        call = self.roles.call("primitive", messages, lambda text: primitive.parse(text, tool.name), b,
-                               step=d.step, record=False, prefill=self._prefill(primitive),
-                               schema=self._schema(primitive.output_schema, tool.name, tool.spec.parameters))
+        payload = primitive.build_payload(d.invocation_request, bindings, card, upstream)
+        call = self._ask(primitive, payload, attempt.attempt, step=d.step, record=False)
         if not call.ok:
             envelope = failure(tool.name, SCHEMA_RESOLUTION, f"unreadable primitive output: {call.result.error}")
         elif call.result.value.status == "UNRESOLVABLE":
             envelope = failure(tool.name, SCHEMA_RESOLUTION, call.result.value.reason)
-        else:
-            for _ in range(d.h_params.retry + 1):  # retries re-run execution, not the model
-                envelope = execute(tool, call.result.value.arguments, d.h_params.timeout_s)
-                if envelope.ok or envelope.failure_type != "RUNTIME_ERROR":
-                    break
+        else:  # retries re-run execution, not the model; every failed attempt stays in meta
+            envelope = execute_with_retry(tool, call.result.value.arguments, d.h_params.timeout_s, d.h_params.retry)
         self.roles.record(call, envelope=envelope.to_dict())
         return envelope
 
-    def verify(self, query, plan: PlannerOutput, results: dict[int, Envelope], conversation, attempt: Attempt):
-        b = attempt.attempt
-        steps = [s.model_dump() for s in plan.plan]
-        rows = [{"step": s, **r.to_dict()} for s, r in sorted(results.items())]
-        messages = verifier.build_messages(query, steps, rows, conversation, system_prompt=self._system(verifier))
-        call = self.roles.call("verifier", messages, verifier.parse, b, prefill=self._prefill(verifier),
-                               schema=self._schema(verifier.output_schema))
+    def verify(self, context: dict[str, Any], attempt: Attempt, dispatches: list[Dispatch]) -> VerifierOutput | None:
+        """VERIFIER(r_k, π_k, s_k) for one step (with its tool's schema), or the whole
+        attempt (every step, no schemas) in the whole-attempt variant."""
+        plan_steps = {s.step: s for s in attempt.plan.plan}
+        per_step = self.config.verify == "step"
+        entries = []
+        for d in sorted(dispatches, key=lambda d: list(attempt.results).index(d.step)):
+            step = plan_steps[d.step]
+            schema = self.toolface.get(d.target_tool).spec.parameters if per_step else None
+            entries.append(verifier.step_entry(
+                {"step": step.step, "tool_hint": step.tool_hint, "objective": step.objective},
+                d.invocation_request, d.resolved_bindings, attempt.results[d.step].for_input(), schema))
+        payload = verifier.build_payload(context["query"], attempt.plan.intent.model_dump(), entries,
+                                         conversation=context["conversation"],
+                                         clarifications=context["clarifications"])
+        call = self._ask(verifier, payload, attempt.attempt, step=dispatches[0].step if per_step else None)
         if not call.ok:
             self._attempt_error(attempt, "verifier", call.result.error)
             return None
-        self.observe("verdict", {"attempt": b, "verdict": call.result.value})
-        return call.result.value
+        verdict = call.result.value
+        attempt.verdicts[verdict.step] = verdict
+        self.observe("verdict", {"attempt": attempt.attempt, "verdict": verdict})
+        return verdict
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _attempt_error(self, attempt: Attempt, role: str, error: str) -> None:
         self.observe("parse_error", {"attempt": attempt.attempt, "role": role, "error": error})
         attempt.feedback = f"The {role}'s output could not be used ({error}). Answer with valid JSON in the required form."
 
-    def failure_report(self, attempts: list[Attempt]) -> str:
+    @staticmethod
+    def response(attempts: list[Attempt]) -> str:
+        """The turn's answer: what each step that ran this turn returned, in order."""
+        lines = []
+        for a in attempts:
+            for s, r in a.results.items():
+                if r.status == "SUCCESS":
+                    text = r.result if isinstance(r.result, str) else json.dumps(r.result, ensure_ascii=False, default=str)
+                    lines.append(f"{r.tool}: {one_line(text, RESPONSE_RESULT_CHARS)}")
+                elif r.status == "FAILURE" and a.verdicts.get(s) is not None and a.verdicts[s].status == "PASS":
+                    lines.append(f"{r.tool}: {one_line(r.details, RESPONSE_RESULT_CHARS)}")
+        return "\n".join(lines) or "Done."
+
+    @staticmethod
+    def failure_report(attempts: list[Attempt]) -> str:
         lines = [f"Could not complete the request after {len(attempts)} attempt(s)."]
         for a in attempts:
             failed = [f"step {s} {r.tool}: {r.failure_type} {r.details}" for s, r in a.results.items()

@@ -10,6 +10,10 @@ envelope with a typed ``failure_type``:
 - CONSTRAINT_VIOLATION: the arguments fit the schema's shape but break one of its
   constraints (enum, range, pattern…);
 - RUNTIME_ERROR: the tool ran and failed, raised, or timed out.
+
+A SUCCESS carries the result and a one-sentence summary; every envelope carries ``meta``
+(latency, attempts), and :func:`execute_with_retry` keeps each failed attempt's envelope in
+``meta["failed_attempts"]`` so a retry never hides a failure (HEART D.3).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import concurrent.futures
 import inspect
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,7 +34,10 @@ SCHEMA_RESOLUTION = "SCHEMA_RESOLUTION"
 CONSTRAINT_VIOLATION = "CONSTRAINT_VIOLATION"
 RUNTIME_ERROR = "RUNTIME_ERROR"
 
-SUMMARY_CHARS = 400
+SUMMARY_CHARS = 240
+"""Longest one-sentence summary of a result."""
+RESULT_CHARS = 1500
+"""Longest rendering of a result inside a role's input (the trace keeps it whole)."""
 
 
 @dataclass
@@ -37,13 +45,15 @@ class Envelope:
     """What a Tool Primitive returns for one dispatch."""
 
     status: str
-    """SUCCESS or FAILURE."""
+    """SUCCESS or FAILURE (SKIPPED: not run, its dependencies did not succeed)."""
     tool: str
     bound_arguments: dict[str, Any] = field(default_factory=dict)
     result: Any = None
     summary: str = ""
     failure_type: str | None = None
     details: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Execution metadata: ``latency_s``, ``attempts``, ``failed_attempts`` (earlier envelopes)."""
 
     @property
     def ok(self) -> bool:
@@ -59,9 +69,44 @@ class Envelope:
         return row
 
 
+    def for_input(self) -> dict[str, Any]:
+        """The envelope as a role's input shows it: the result clipped to RESULT_CHARS, and
+        metadata without the earlier attempts' envelopes."""
+        row = self.to_dict()
+        if "result" in row:
+            row["result"] = clip(row["result"])
+        row["meta"] = {k: v for k, v in self.meta.items() if k != "failed_attempts"}
+        return row
+
+
 def failure(tool: str, failure_type: str, details: str, arguments: dict[str, Any] | None = None) -> Envelope:
     return Envelope("FAILURE", tool, arguments or {}, failure_type=failure_type, details=details,
-                    summary=f"{failure_type}: {details}")
+                    summary=f"{tool} failed with {failure_type}: {one_line(details, SUMMARY_CHARS)}")
+
+
+def one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clip(value: Any, limit: int = RESULT_CHARS) -> Any:
+    """``value`` unchanged when its JSON is short; otherwise its JSON text cut at ``limit``."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def summarize_result(tool: str, result: Any) -> str:
+    """One sentence saying what a tool returned, with its values (deterministic)."""
+    if result is None or result == {} or result == [] or result == "":
+        return f"{tool} ran and returned nothing."
+    if isinstance(result, dict):
+        body = "; ".join(f"{k}: {json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else v}"
+                         for k, v in result.items())
+    elif isinstance(result, list):
+        body = f"{len(result)} item(s): " + json.dumps(result, ensure_ascii=False, default=str)
+    else:
+        body = str(result)
+    return one_line(f"{tool} returned {body}".rstrip(".") + ".", SUMMARY_CHARS)
 
 
 class BindingError(Exception):
@@ -213,7 +258,24 @@ def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> E
         return failure(name, RUNTIME_ERROR, f"{type(err).__name__}: {err}", bound)
     finally:
         pool.shutdown(wait=False)
-    return Envelope("SUCCESS", name, bound, result=result, summary=summarize(result))
+    return Envelope("SUCCESS", name, bound, result=result, summary=summarize_result(name, result))
+
+
+def execute_with_retry(tool: Tool, arguments: dict[str, Any], timeout_s: float = 30.0,
+                       attempts: int = 1) -> Envelope:
+    """:func:`execute` up to ``attempts`` times while it fails with RUNTIME_ERROR (binding
+    failures do not change on retry). The returned envelope's ``meta`` holds the total
+    latency, the attempts made and every earlier attempt's envelope."""
+    start = time.perf_counter()
+    failed: list[dict[str, Any]] = []
+    for attempt in range(1, max(1, attempts) + 1):
+        envelope = execute(tool, arguments, timeout_s)
+        if envelope.ok or envelope.failure_type != RUNTIME_ERROR or attempt == attempts:
+            break
+        failed.append(envelope.to_dict())
+    envelope.meta = {"latency_s": round(time.perf_counter() - start, 4), "attempts": attempt,
+                     **({"failed_attempts": failed} if failed else {})}
+    return envelope
 
 
 # -- $step_j.field references ------------------------------------------------------------

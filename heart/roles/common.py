@@ -23,9 +23,11 @@ def render_input(instruction: str, payload: dict[str, Any]) -> str:
     """The user message of a role call: one instruction line and a JSON input block.
 
     Keeping the input as JSON makes every role call machine-readable for teachers and
-    dataset filters, and gives students one stable shape to learn.
+    dataset filters, and gives students one stable shape to learn. It is rendered compactly
+    (no indentation, no spaces after separators): whitespace is tokens a student pays for on
+    every example and learns nothing from.
     """
-    block = json.dumps(payload, ensure_ascii=False, indent=1, default=str)
+    block = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
     return f"{instruction}\n\nINPUT:\n```json\n{block}\n```"
 
 

@@ -1,7 +1,10 @@
-"""Planner: intent, information sufficiency, and a JSON plan or a clarification question.
+"""Planner (HEART Appendix D.1): intent analysis, information sufficiency, a plan or a question.
 
-The Planner sees the user's query, the conversation so far, and the tools ToolFace
-retrieved for the query — names and one-line descriptions only, never schemas.
+The Planner sees the user's query, the conversation so far, the answers to its earlier
+clarification questions, the steps already executed, every Verifier feedback of this turn,
+and the tools ToolFace retrieved for the query — name, one-line description and category,
+never schemas. Its input also says what the serving schema needs (``may_ask``,
+``max_steps``), so :func:`schema_for_input` rebuilds that schema from the input alone.
 """
 
 from __future__ import annotations
@@ -15,40 +18,61 @@ from heart.roles.common import ParseResult, parse_model, render_input
 ROLE = "planner"
 
 SYSTEM_PROMPT = """You are the Planner of a tool-using assistant.
-Given the user's query, the conversation so far and the available tools (name and short description), you:
-1. identify the user's intent;
-2. decide whether the information given is SUFFICIENT to act, or INSUFFICIENT because a required detail is missing and cannot be obtained with a tool;
-3. if SUFFICIENT, write a plan: an ordered list of steps, each using exactly one available tool, with a one-sentence objective and the earlier steps it depends on;
-4. if INSUFFICIENT, ask one precise clarification question.
+1. Intent analysis: name the target task and its objective, the relevant tool categories, and the user's constraints and preferences (names, amounts, dates, limits).
+2. Information sufficiency: SUFFICIENT if the query, conversation and clarifications give every detail needed (a detail a tool can look up is not missing); otherwise INSUFFICIENT.
+3. If SUFFICIENT, write a plan: steps numbered 1..n, each with one tool from "available_tools" ("tool_hint": its exact name, "tool_category": its category), a one-sentence objective, and "dependencies": the earlier steps whose results or effects it needs.
+4. If INSUFFICIENT, ask one clarification question that asks only for the missing information.
 Rules:
-- Use only tools from "available_tools". Prefer the fewest steps that fully satisfy the query. If no available tool can serve the request, return an empty plan.
-- A detail that a tool can look up is not missing: plan the lookup instead of asking.
-- If "verifier_feedback" is present, an earlier attempt failed: fix exactly what it says. Steps listed in "executed_so_far" with status SUCCESS already changed the world: do not repeat them.
-- Answer with one JSON object and nothing else, in one of these forms:
-{"status": "SUFFICIENT", "intent": "...", "plan": [{"step": 1, "tool": "<tool name>", "objective": "...", "depends_on": []}]}
-{"status": "INSUFFICIENT", "intent": "...", "clarification": "<question for the user>"}"""
+- Use only tools from "available_tools"; prefer the fewest steps. If no available tool serves the request, return an empty plan.
+- If "feedback" is present, earlier attempts failed: fix what every feedback says and set "replanned": true. Steps in "executed_so_far" with status SUCCESS already changed the world: do not repeat them.
+- If "may_ask" is false, do not ask: plan with what you have.
+Answer with one JSON object and nothing else, in one of these forms:
+{"status":"SUFFICIENT","intent":{"task":"...","objective":"...","tool_categories":["..."],"constraints":["..."]},"plan":[{"step":1,"tool_category":"...","tool_hint":"<tool name>","objective":"...","dependencies":[]}],"replanned":false}
+{"status":"INSUFFICIENT","intent":{"task":"...","objective":"...","tool_categories":[],"constraints":[]},"clarification":"<question>","replanned":false}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
-RESPONSE_PREFIX = '{"status": "'
+RESPONSE_PREFIX = '{"status":"'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
 INSTRUCTION = "Plan the next actions for this query."
 
+# Length limits shared by the output models, the serving schema and the teachers.
+TASK_CHARS = 120
+OBJECTIVE_CHARS = 160
+CONSTRAINT_CHARS = 100
+MAX_CONSTRAINTS = 4
+CLARIFICATION_CHARS = 150
+
+
+class Intent(BaseModel):
+    task: str = Field(max_length=TASK_CHARS)
+    """The target task, in a few words."""
+    objective: str = Field(max_length=OBJECTIVE_CHARS)
+    """What the user wants achieved."""
+    tool_categories: list[str] = Field(default_factory=list)
+    """The ToolFace categories the plan draws on."""
+    constraints: list[str] = Field(default_factory=list, max_length=MAX_CONSTRAINTS)
+    """The user's explicit constraints and preferences."""
+
 
 class PlanStep(BaseModel):
     step: int = Field(ge=1)
-    tool: str = Field(min_length=1)
-    objective: str = ""
-    depends_on: list[int] = Field(default_factory=list)
+    tool_category: str = ""
+    tool_hint: str = Field(min_length=1)
+    """The exact name of the tool the step uses."""
+    objective: str = Field(default="", max_length=OBJECTIVE_CHARS)
+    dependencies: list[int] = Field(default_factory=list)
+    """Earlier steps that must have succeeded before this one runs."""
 
 
 class PlannerOutput(BaseModel):
     status: Literal["SUFFICIENT", "INSUFFICIENT"]
-    intent: str = ""
+    intent: Intent
     plan: list[PlanStep] = Field(default_factory=list)
-    clarification: str | None = None
+    clarification: str | None = Field(default=None, max_length=CLARIFICATION_CHARS)
+    replanned: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> "PlannerOutput":
@@ -58,20 +82,24 @@ class PlannerOutput(BaseModel):
             for index, step in enumerate(self.plan, start=1):
                 if step.step != index:
                     raise ValueError(f"plan steps must be numbered 1..n in order; got {step.step} at position {index}")
-                if any(d >= step.step or d < 1 for d in step.depends_on):
+                if any(d >= step.step or d < 1 for d in step.dependencies):
                     raise ValueError(f"step {step.step} depends on a step that does not come before it")
         return self
 
 
-def build_messages(
+def build_payload(
     query: str,
     tools: list[dict[str, str]],
+    *,
     conversation: list[dict[str, str]] | None = None,
     clarifications: list[dict[str, str]] | None = None,
     executed_so_far: list[dict[str, Any]] | None = None,
-    verifier_feedback: str | None = None,
-    system_prompt: str = SYSTEM_PROMPT,
-) -> list[dict[str, str]]:
+    feedback: list[str] | None = None,
+    may_ask: bool = True,
+    max_steps: int = 6,
+) -> dict[str, Any]:
+    """The Planner's input. ``tools`` are ``{name, description, category}``; ``feedback`` is
+    every Verifier feedback of the turn so far (Algorithm 1's accumulated context C)."""
     payload: dict[str, Any] = {"user_query": query, "available_tools": tools}
     if conversation:
         payload["conversation"] = conversation
@@ -79,45 +107,80 @@ def build_messages(
         payload["clarifications"] = clarifications
     if executed_so_far:
         payload["executed_so_far"] = executed_so_far
-    if verifier_feedback:
-        payload["verifier_feedback"] = verifier_feedback
+    if feedback:
+        payload["feedback"] = feedback
+    payload["may_ask"] = may_ask
+    payload["max_steps"] = max_steps
+    return payload
+
+
+def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": render_input(INSTRUCTION, payload)},
     ]
 
 
-def parse(text: str, known_tools: set[str]) -> ParseResult[PlannerOutput]:
+def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PlannerOutput]:
+    """Parse an answer and check it against its own input: only shown tools, and
+    ``replanned`` true exactly when the input carries feedback."""
     result = parse_model(text, PlannerOutput)
-    if result.ok and result.value.status == "SUFFICIENT":
-        # An empty plan is legitimate: nothing the tools can do (or nothing left to do);
-        # the Verifier then judges the answer without any execution.
-        unknown = [s.tool for s in result.value.plan if s.tool not in known_tools]
-        if unknown:
-            return ParseResult(None, f"plan uses tools that do not exist: {', '.join(map(repr, unknown))}")
+    if not result.ok:
+        return result
+    shown = {t["name"] for t in payload["available_tools"]}
+    unknown = [s.tool_hint for s in result.value.plan if s.tool_hint not in shown]
+    if result.value.status == "SUFFICIENT" and unknown:
+        return ParseResult(None, f"plan uses tools that were not shown: {', '.join(map(repr, unknown))}")
+    if len(result.value.plan) > payload.get("max_steps", 6):
+        return ParseResult(None, f"plan has {len(result.value.plan)} steps; at most {payload.get('max_steps', 6)}")
     return result
 
 
-def output_schema(tools: list[str], may_ask: bool = True, max_steps: int = 6) -> dict[str, Any]:
+def output_schema(tools: list[dict[str, str]], may_ask: bool = True, max_steps: int = 6,
+                  replanning: bool = False) -> dict[str, Any]:
     """JSON Schema of a valid answer, for constrained decoding: steps numbered 1..n, tools
-    limited to ``tools``, each step depending only on earlier ones, and no clarification
-    once the loop's clarification budget is spent."""
+    limited to the shown ones, each step depending only on earlier ones, ``replanned`` fixed
+    by whether this is a re-plan, and no clarification once the budget is spent."""
+    names = sorted({t["name"] for t in tools}) or [""]
+    categories = sorted({t.get("category", "") for t in tools}) or [""]
+    text = lambda limit: {"type": "string", "maxLength": limit}  # noqa: E731
+
     def step(n: int) -> dict[str, Any]:
         earlier = {"type": "array", "items": {"enum": list(range(1, n))}, "maxItems": n - 1} if n > 1 \
             else {"type": "array", "maxItems": 0}
         return {"type": "object", "additionalProperties": False,
-                "required": ["step", "tool", "objective", "depends_on"],
-                "properties": {"step": {"const": n}, "tool": {"enum": sorted(tools)},
-                               "objective": {"type": "string", "maxLength": 120}, "depends_on": earlier}}
+                "required": ["step", "tool_category", "tool_hint", "objective", "dependencies"],
+                "properties": {"step": {"const": n}, "tool_category": {"enum": categories},
+                               "tool_hint": {"enum": names}, "objective": text(OBJECTIVE_CHARS),
+                               "dependencies": earlier}}
 
-    intent = {"type": "string", "maxLength": 120}
+    intent = {"type": "object", "additionalProperties": False,
+              "required": ["task", "objective", "tool_categories", "constraints"],
+              "properties": {"task": text(TASK_CHARS), "objective": text(OBJECTIVE_CHARS),
+                             "tool_categories": {"type": "array", "items": {"enum": categories},
+                                                 "maxItems": len(categories)},
+                             "constraints": {"type": "array", "items": text(CONSTRAINT_CHARS),
+                                             "maxItems": MAX_CONSTRAINTS}}}
+    replanned = {"const": replanning}
     plan = {"type": "array", "prefixItems": [step(n) for n in range(1, max_steps + 1)], "items": False,
             "maxItems": max_steps}
-    sufficient = {"type": "object", "additionalProperties": False, "required": ["status", "intent", "plan"],
-                  "properties": {"status": {"const": "SUFFICIENT"}, "intent": intent, "plan": plan}}
+    sufficient = {"type": "object", "additionalProperties": False,
+                  "required": ["status", "intent", "plan", "replanned"],
+                  "properties": {"status": {"const": "SUFFICIENT"}, "intent": intent, "plan": plan,
+                                 "replanned": replanned}}
     if not may_ask:
         return sufficient
-    insufficient = {"type": "object", "additionalProperties": False, "required": ["status", "intent", "clarification"],
+    insufficient = {"type": "object", "additionalProperties": False,
+                    "required": ["status", "intent", "clarification", "replanned"],
                     "properties": {"status": {"const": "INSUFFICIENT"}, "intent": intent,
-                                   "clarification": {"type": "string", "minLength": 1, "maxLength": 150}}}
+                                   "clarification": {"type": "string", "minLength": 1,
+                                                     "maxLength": CLARIFICATION_CHARS},
+                                   "replanned": replanned}}
     return {"anyOf": [sufficient, insufficient]}
+
+
+def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
+    """The serving schema of the answer to this input (what :func:`output_schema` gets from
+    the loop, read back from the payload alone)."""
+    return output_schema(payload["available_tools"], payload.get("may_ask", True),
+                         payload.get("max_steps", 6), bool(payload.get("feedback")))

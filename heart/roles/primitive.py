@@ -1,8 +1,10 @@
 """Tool Primitive (the model part): resolve a natural-language request against one schema.
 
 The Primitive is the only role that sees a tool's full JSON schema. It answers with the
-arguments to call the tool with; binding (coercion, enums, required fields, defaults),
-execution and the SUCCESS / FAILURE envelope are done by :mod:`heart.primitives`.
+arguments to call the tool with, given the Router's request and bindings and the upstream
+context — the results of the steps it depends on (Eq. 1 of the paper, ``P_i(x; c)``).
+Binding (coercion, enums, required fields, defaults), execution and the SUCCESS / FAILURE
+envelope with its summary and metadata are done by :mod:`heart.primitives`.
 """
 
 from __future__ import annotations
@@ -16,19 +18,19 @@ from heart.roles.common import ParseResult, parse_model, render_input
 ROLE = "primitive"
 
 SYSTEM_PROMPT = """You are a Tool Primitive: you wrap exactly one tool.
-Given a natural-language invocation request, bindings already resolved by the Router, and your tool's JSON schema, you produce the arguments to call the tool with.
+Given a natural-language invocation request, bindings already resolved by the Router, the upstream context (results of the steps this one depends on) and your tool's JSON schema, you produce the arguments to call the tool with.
 Rules:
 - Use the parameter names and types of the schema exactly; include every required parameter.
-- Keep the resolved bindings' values unless the request clearly says otherwise.
+- Keep the resolved bindings' values unless the request clearly says otherwise; when a binding holds a whole earlier result, take from it (or from the upstream context) the value the request needs.
 - Leave out optional parameters the request does not mention.
 - If the request cannot be satisfied with this tool's schema, say so.
 Answer with one JSON object and nothing else, in one of these forms:
-{"tool": "<tool name>", "arguments": {"<parameter>": <value>}}
-{"status": "UNRESOLVABLE", "tool": "<tool name>", "reason": "..."}"""
+{"tool":"<tool name>","arguments":{"<parameter>":<value>}}
+{"status":"UNRESOLVABLE","tool":"<tool name>","reason":"..."}"""
 
 SHORT_SYSTEM_PROMPT = "You are a HEART Tool Primitive. Answer with the arguments JSON."
 
-RESPONSE_PREFIX = '{"tool": "'
+RESPONSE_PREFIX = '{"tool":"'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
@@ -52,17 +54,22 @@ def tool_card(name: str, description: str, parameters: dict[str, Any]) -> dict[s
     return {"name": name, "description": description, "parameters": parameters}
 
 
-def build_messages(
+def build_payload(
     invocation_request: str,
     resolved_bindings: dict[str, Any],
     tool: dict[str, Any],
-    system_prompt: str = SYSTEM_PROMPT,
-) -> list[dict[str, str]]:
-    payload = {
-        "invocation_request": invocation_request,
-        "resolved_bindings": resolved_bindings,
-        "tool": tool,
-    }
+    upstream_context: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The Primitive's input; ``upstream_context`` is ``[{step, tool, result}]`` of the
+    steps this one depends on."""
+    payload: dict[str, Any] = {"invocation_request": invocation_request, "resolved_bindings": resolved_bindings}
+    if upstream_context:
+        payload["upstream_context"] = upstream_context
+    payload["tool"] = tool
+    return payload
+
+
+def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": render_input(INSTRUCTION, payload)},
@@ -76,6 +83,10 @@ def parse(text: str, tool_name: str) -> ParseResult[PrimitiveOutput]:
     return result
 
 
+def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PrimitiveOutput]:
+    return parse(text, payload["tool"]["name"])
+
+
 def output_schema(tool_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """JSON Schema of a valid answer: the tool's own parameter schema for the arguments."""
     arguments = {**parameters, "type": "object", "additionalProperties": False}
@@ -86,3 +97,8 @@ def output_schema(tool_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
          "properties": {"status": {"const": "UNRESOLVABLE"}, "tool": {"const": tool_name},
                         "reason": {"type": "string", "minLength": 1, "maxLength": 200}}},
     ]}
+
+
+def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
+    """The serving schema of the answer to this input: its tool's own parameter schema."""
+    return output_schema(payload["tool"]["name"], payload["tool"]["parameters"])

@@ -1,8 +1,10 @@
-"""Router: binds each plan step's arguments from context and sets its execution h-params.
+"""Router (HEART Appendix D.2): one dispatch per plan step, with bindings and h-params.
 
-Bindings are literal values taken from the query and the conversation, or references
-``$step_j.field`` to the result of an earlier step, resolved at execution time. The Router
-sees each tool's parameter names (to name its bindings) but not the full schema.
+Bindings are literal values grounded in the Router's input (the query, the clarifications,
+the conversation, earlier results), or references ``$step_j.field`` to the result of an
+earlier step of the plan, resolved when step j has run. Every required parameter is
+resolved; a value shared by several steps is resolved once and reused. The Router sees
+each tool's parameter names (required and optional), never the full schema.
 """
 
 from __future__ import annotations
@@ -16,33 +18,39 @@ from heart.roles.common import ParseResult, parse_model, render_input
 ROLE = "router"
 
 SYSTEM_PROMPT = """You are the Router of a tool-using assistant.
-Given the user's query, the conversation so far and a plan, you write one dispatch per plan step:
-- "target_tool": the step's tool;
-- "invocation_request": a short natural-language request telling the tool exactly what to do;
-- "resolved_bindings": the argument values you can already fix, keyed by parameter name. Take values from the query and the conversation, or refer to the result of an earlier step with "$step_<j>.<field>" (for example "$step_1.result.file_content");
-- "h_params": {"retry": 0-3 retries on a runtime error, "priority": 0 (normal) or higher for urgent, "timeout_s": seconds}.
+Given the user's query, the clarifications, the conversation so far, earlier results and a plan, write one dispatch per plan step:
+- "target_tool": the step's tool_hint;
+- "invocation_request": one sentence telling the tool exactly what to do;
+- "resolved_bindings": a value for every required parameter of the tool (and the optional ones the request needs). Take each value from the context; if it will come from an earlier step's result, write "$step_<j>.<field>" (for example "$step_1.result.file_content"). Never invent a value that is not grounded in the context. Resolve a value shared by several steps once and reuse it;
+- "h_params": {"retry": attempts 1-5, "priority": "low", "normal" or "high" (among ready steps, higher runs first), "timeout_s": integer seconds, default 30}.
 Answer with one JSON object and nothing else:
-{"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 0, "priority": 0, "timeout_s": 10}}]}"""
+{"status":"READY","dispatch":[{"step":1,"target_tool":"...","invocation_request":"...","resolved_bindings":{},"h_params":{"retry":1,"priority":"normal","timeout_s":30}}]}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Router. Answer with the dispatch JSON."
 
-RESPONSE_PREFIX = '{"status": "READY", "dispatch": ['
+RESPONSE_PREFIX = '{"status":"READY","dispatch":['
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
 INSTRUCTION = "Write the dispatch for every step of this plan."
 
+REQUEST_CHARS = 200
+PRIORITIES = ("low", "normal", "high")
+PRIORITY_RANK = {p: i for i, p in enumerate(PRIORITIES)}
+
 
 class HParams(BaseModel):
-    retry: int = Field(default=0, ge=0, le=3)
-    priority: int = Field(default=0, ge=0)
-    timeout_s: float = Field(default=10.0, gt=0, le=300)
+    retry: int = Field(default=1, ge=1, le=5)
+    """Attempts at execution (1 = no retry); re-runs on RUNTIME_ERROR only."""
+    priority: Literal["low", "normal", "high"] = "normal"
+    """Among steps whose dependencies are met, higher priority runs first."""
+    timeout_s: int = Field(default=30, ge=1, le=300)
 
 
 class Dispatch(BaseModel):
     step: int = Field(ge=1)
     target_tool: str = Field(min_length=1)
-    invocation_request: str = ""
+    invocation_request: str = Field(default="", max_length=REQUEST_CHARS)
     resolved_bindings: dict[str, Any] = Field(default_factory=dict)
     h_params: HParams = Field(default_factory=HParams)
 
@@ -52,64 +60,101 @@ class RouterOutput(BaseModel):
     dispatch: list[Dispatch]
 
     @model_validator(mode="after")
-    def _ordered(self) -> "RouterOutput":
+    def _once(self) -> "RouterOutput":
         steps = [d.step for d in self.dispatch]
         if len(set(steps)) != len(steps):
             raise ValueError("each plan step must be dispatched once")
         return self
 
 
-def build_messages(
+def tool_parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    """What the Router is told about a tool: its required and optional parameter names, and
+    the allowed values of enumerated parameters (values it cannot otherwise ground)."""
+    properties = schema.get("properties", {})
+    required = [p for p in schema.get("required", []) if p in properties]
+    info: dict[str, Any] = {"required": required, "optional": [p for p in properties if p not in required]}
+    enums = {name: spec.get("enum") or spec.get("items", {}).get("enum")
+             for name, spec in properties.items() if spec.get("enum") or spec.get("items", {}).get("enum")}
+    if enums:
+        info["enums"] = enums
+    return info
+
+
+def build_payload(
     query: str,
     plan: list[dict[str, Any]],
-    tool_parameters: dict[str, list[str]],
+    tools: dict[str, dict[str, Any]],
+    *,
     conversation: list[dict[str, str]] | None = None,
+    clarifications: list[dict[str, str]] | None = None,
     executed_so_far: list[dict[str, Any]] | None = None,
-    system_prompt: str = SYSTEM_PROMPT,
-) -> list[dict[str, str]]:
-    payload: dict[str, Any] = {"user_query": query, "plan": plan, "tool_parameters": tool_parameters}
+) -> dict[str, Any]:
+    """The Router's input: ``plan`` steps ``{step, tool_hint, objective, dependencies}`` and,
+    per tool, :func:`tool_parameters`."""
+    payload: dict[str, Any] = {"user_query": query, "plan": plan, "tools": tools}
+    if clarifications:
+        payload["clarifications"] = clarifications
     if conversation:
         payload["conversation"] = conversation
     if executed_so_far:
         payload["executed_so_far"] = executed_so_far
+    return payload
+
+
+def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": render_input(INSTRUCTION, payload)},
     ]
 
 
-def parse(text: str, plan_steps: dict[int, str]) -> ParseResult[RouterOutput]:
-    """Parse and check the dispatch against the plan it serves (step → tool)."""
+def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RouterOutput]:
+    """Parse the dispatch and check it against the plan it serves: every step once, with
+    the step's tool, and every required parameter bound."""
     result = parse_model(text, RouterOutput)
     if not result.ok:
         return result
+    plan_steps = {s["step"]: s["tool_hint"] for s in payload["plan"]}
     dispatched = {d.step: d.target_tool for d in result.value.dispatch}
     if set(dispatched) != set(plan_steps):
         return ParseResult(None, f"dispatch covers steps {sorted(dispatched)} but the plan has steps {sorted(plan_steps)}")
     wrong = [s for s, tool in dispatched.items() if tool != plan_steps[s]]
     if wrong:
         return ParseResult(None, f"dispatch changes the tool of step(s) {wrong} from the plan's")
+    for d in result.value.dispatch:
+        missing = [p for p in payload["tools"].get(d.target_tool, {}).get("required", [])
+                   if p not in d.resolved_bindings]
+        if missing:
+            return ParseResult(None, f"step {d.step} leaves required parameter(s) {missing} of {d.target_tool} unresolved")
     return result
 
 
-def output_schema(plan_steps: dict[int, str], tool_parameters: dict[str, list[str]]) -> dict[str, Any]:
+def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """JSON Schema of a valid dispatch for this plan: one entry per step, in order, each
-    binding only parameters its tool has (values free: literals or $step_j references)."""
+    binding every required parameter of its tool and only parameters it has (values free:
+    literals or $step_j references)."""
     def entry(step: int, tool: str) -> dict[str, Any]:
-        params = tool_parameters.get(tool, [])
+        params = tools.get(tool, {"required": [], "optional": []})
         return {"type": "object", "additionalProperties": False,
                 "required": ["step", "target_tool", "invocation_request", "resolved_bindings", "h_params"],
                 "properties": {
                     "step": {"const": step}, "target_tool": {"const": tool},
-                    "invocation_request": {"type": "string", "maxLength": 150},
+                    "invocation_request": {"type": "string", "maxLength": REQUEST_CHARS},
                     "resolved_bindings": {"type": "object", "additionalProperties": False,
-                                          "properties": {p: {} for p in params}},
+                                          "required": list(params["required"]),
+                                          "properties": {p: {} for p in params["required"] + params["optional"]}},
                     "h_params": {"type": "object", "additionalProperties": False,
                                  "required": ["retry", "priority", "timeout_s"],
-                                 "properties": {"retry": {"enum": [0, 1, 2, 3]}, "priority": {"enum": [0, 1, 2]},
-                                                "timeout_s": {"enum": [5, 10, 15, 30, 60]}}}}}
+                                 "properties": {"retry": {"enum": [1, 2, 3, 4, 5]},
+                                                "priority": {"enum": list(PRIORITIES)},
+                                                "timeout_s": {"type": "integer", "minimum": 1, "maximum": 300}}}}}
     steps = sorted(plan_steps.items())
     return {"type": "object", "additionalProperties": False, "required": ["status", "dispatch"],
             "properties": {"status": {"const": "READY"},
                            "dispatch": {"type": "array", "prefixItems": [entry(s, t) for s, t in steps],
                                         "items": False, "minItems": len(steps), "maxItems": len(steps)}}}
+
+
+def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
+    """The serving schema of the answer to this input, from the payload alone."""
+    return output_schema({s["step"]: s["tool_hint"] for s in payload["plan"]}, payload["tools"])

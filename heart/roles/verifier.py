@@ -1,14 +1,19 @@
-"""Verifier: judges an attempt on four criteria and returns PASS or FAIL with feedback.
+"""Verifier (HEART Appendix D.4): judges an executed step on four criteria, PASS or FAIL.
 
-On PASS it also writes the response to the user, grounded in the execution results. On
-FAIL its feedback goes back to the Planner, which re-plans (at most B times).
+Per-step verification (Algorithm 1's ``VERIFIER(r_k, π_k, s_k)``): the input holds one
+step — its objective, the Router's request and bindings, the tool's schema ``s_k`` and the
+Primitive's envelope ``r_k`` — plus the user's query, the Planner's intent (constraints
+included), the clarifications and the conversation. The whole-attempt variant
+(``LoopConfig.verify = "attempt"``) sends every step of the attempt in one input, without
+schemas. On FAIL the feedback lists every failed criterion, root cause first; it goes to the
+Planner, which re-plans.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from heart.roles.common import ParseResult, parse_model, render_input
 
@@ -16,62 +21,95 @@ ROLE = "verifier"
 
 CRITERIA = ("task_completion", "argument_consistency", "execution_validity", "constraint_satisfaction")
 
-SYSTEM_PROMPT = """You are the Verifier of a tool-using assistant.
-Given the user's query, the plan and the result of every executed step, judge four criteria:
-- task_completion: the executed steps fully accomplish what the user asked;
-- argument_consistency: every argument matches the query, the conversation and earlier results;
-- execution_validity: every step returned SUCCESS (a FAILURE or a skipped step fails this);
-- constraint_satisfaction: the user's explicit constraints (names, amounts, dates, limits) are respected.
-PASS only if all four hold. On FAIL, give actionable feedback for the Planner: which step, what was wrong, what to do instead.
-On PASS, write "response": the answer to the user, stating the concrete results (values, names, numbers) the steps returned.
+SYSTEM_PROMPT = """You are the Verifier of a tool-using assistant. Judge the executed step(s) in "steps" on four criteria, each "pass" or "fail":
+- task_completion: the step's result accomplishes the step's objective (and, with it, its part of the user's request);
+- argument_consistency: the arguments match the query, the clarifications, the conversation and earlier results, and the tool's schema (types, enums, constraints); no required field swapped or omitted;
+- execution_validity: the tool ran and returned SUCCESS with a well-formed result (a FAILURE or an error result fails this);
+- constraint_satisfaction: the user's constraints and preferences (names, amounts, dates, recipients, limits), rate limits, access permissions and business rules are respected.
+PASS only if all four pass; then "feedback" is "". On FAIL, "feedback" lists every failed criterion, root cause first: the step, the argument, what the user asked for and what was used, and what to do instead. Never speculate beyond the evidence in the input.
 Answer with one JSON object and nothing else:
-{"verdict": "PASS" or "FAIL", "criteria": {"task_completion": true, "argument_consistency": true, "execution_validity": true, "constraint_satisfaction": true}, "feedback": "...", "response": "..."}"""
+{"status":"PASS" or "FAIL","step":<step number>,"criteria":{"task_completion":"pass","argument_consistency":"pass","execution_validity":"pass","constraint_satisfaction":"pass"},"feedback":""}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Verifier. Answer with the verdict JSON."
 
-RESPONSE_PREFIX = '{"verdict": "'
+RESPONSE_PREFIX = '{"status":"'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
-INSTRUCTION = "Verify this attempt."
+INSTRUCTION = "Verify this step."
+ATTEMPT_INSTRUCTION = "Verify this attempt."
+
+FEEDBACK_CHARS = 400
+
+Mark = Literal["pass", "fail"]
 
 
 class Criteria(BaseModel):
-    task_completion: bool
-    argument_consistency: bool
-    execution_validity: bool
-    constraint_satisfaction: bool
+    task_completion: Mark
+    argument_consistency: Mark
+    execution_validity: Mark
+    constraint_satisfaction: Mark
+
+    def failed(self) -> list[str]:
+        return [c for c in CRITERIA if getattr(self, c) == "fail"]
 
 
 class VerifierOutput(BaseModel):
-    verdict: Literal["PASS", "FAIL"]
+    status: Literal["PASS", "FAIL"]
+    step: int = Field(ge=0)
+    """The step judged (whole-attempt variant: the first failing step, or the last step on
+    PASS; 0 for an attempt without steps)."""
     criteria: Criteria
-    feedback: str = ""
-    response: str = ""
+    feedback: str = Field(default="", max_length=FEEDBACK_CHARS)
 
     @model_validator(mode="after")
     def _consistent(self) -> "VerifierOutput":
-        all_hold = all(getattr(self.criteria, c) for c in CRITERIA)
-        if self.verdict == "PASS" and not all_hold:
-            raise ValueError("PASS requires all four criteria to hold")
-        if self.verdict == "FAIL" and not self.feedback.strip():
+        failed = self.criteria.failed()
+        if self.status == "PASS" and failed:
+            raise ValueError(f"PASS requires all four criteria to pass; failed: {failed}")
+        if self.status == "PASS" and self.feedback.strip():
+            raise ValueError("PASS carries no feedback")
+        if self.status == "FAIL" and not failed:
+            raise ValueError("FAIL requires at least one failed criterion")
+        if self.status == "FAIL" and not self.feedback.strip():
             raise ValueError("FAIL requires feedback for the Planner")
         return self
 
 
-def build_messages(
+def step_entry(step: dict[str, Any], request: str, bindings: dict[str, Any], envelope: dict[str, Any],
+               tool_schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One executed step as the Verifier sees it: plan step, dispatch, schema, envelope."""
+    entry = {"step": step["step"], "tool": step["tool_hint"], "objective": step.get("objective", ""),
+             "invocation_request": request, "resolved_bindings": bindings}
+    if tool_schema is not None:
+        entry["tool_schema"] = tool_schema
+    entry["envelope"] = envelope
+    return entry
+
+
+def build_payload(
     query: str,
-    plan: list[dict[str, Any]],
-    results: list[dict[str, Any]],
+    intent: dict[str, Any],
+    steps: list[dict[str, Any]],
+    *,
     conversation: list[dict[str, str]] | None = None,
-    system_prompt: str = SYSTEM_PROMPT,
-) -> list[dict[str, str]]:
-    payload: dict[str, Any] = {"user_query": query, "plan": plan, "results": results}
+    clarifications: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The Verifier's input: one :func:`step_entry` per step judged (one, per-step)."""
+    payload: dict[str, Any] = {"user_query": query, "intent": intent}
+    if clarifications:
+        payload["clarifications"] = clarifications
     if conversation:
         payload["conversation"] = conversation
+    payload["steps"] = steps
+    return payload
+
+
+def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    instruction = INSTRUCTION if len(payload["steps"]) == 1 else ATTEMPT_INSTRUCTION
     return [
         {"role": "system", "content": system_prompt},
-        {"role": "user", "content": render_input(INSTRUCTION, payload)},
+        {"role": "user", "content": render_input(instruction, payload)},
     ]
 
 
@@ -79,16 +117,31 @@ def parse(text: str) -> ParseResult[VerifierOutput]:
     return parse_model(text, VerifierOutput)
 
 
-def output_schema() -> dict[str, Any]:
-    """JSON Schema of a valid verdict, for constrained decoding: PASS only with all four
-    criteria holding, FAIL only with feedback (as the parser requires)."""
-    def variant(verdict: str, criterion: dict[str, Any], feedback: dict[str, Any]) -> dict[str, Any]:
+def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[VerifierOutput]:
+    result = parse(text)
+    steps = [s["step"] for s in payload["steps"]] or [0]
+    if result.ok and result.value.step not in steps:
+        return ParseResult(None, f"verdict names step {result.value.step}; the input holds steps {steps}")
+    return result
+
+
+def output_schema(steps: list[int]) -> dict[str, Any]:
+    """JSON Schema of a valid verdict: PASS only with all four criteria passing and empty
+    feedback, FAIL only with feedback; ``step`` one of the steps judged. (That a FAIL names
+    at least one failed criterion is left to the parser: grammars handle it poorly.)"""
+    def variant(status: str, criterion: dict[str, Any], feedback: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False,
-                "required": ["verdict", "criteria", "feedback", "response"],
-                "properties": {"verdict": {"const": verdict},
+                "required": ["status", "step", "criteria", "feedback"],
+                "properties": {"status": {"const": status}, "step": {"enum": list(steps) or [0]},
                                "criteria": {"type": "object", "additionalProperties": False,
                                             "required": list(CRITERIA), "properties": {c: criterion for c in CRITERIA}},
-                               "feedback": feedback, "response": {"type": "string", "maxLength": 400}}}
+                               "feedback": feedback}}
 
-    return {"anyOf": [variant("PASS", {"const": True}, {"type": "string", "maxLength": 300}),
-                      variant("FAIL", {"type": "boolean"}, {"type": "string", "minLength": 1, "maxLength": 300})]}
+    return {"anyOf": [variant("PASS", {"const": "pass"}, {"const": ""}),
+                      variant("FAIL", {"enum": ["pass", "fail"]},
+                              {"type": "string", "minLength": 1, "maxLength": FEEDBACK_CHARS})]}
+
+
+def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
+    """The serving schema of the answer to this input, from the payload alone."""
+    return output_schema([s["step"] for s in payload["steps"]])
