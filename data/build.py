@@ -36,6 +36,7 @@ from data.filters import (
     balance_verdicts,
     dedupe,
     first_failing_filter,
+    judged_steps,
 )
 from heart.environments.splits import split_of
 from heart.traces import TraceFormatError, TraceReadStats, read_trace
@@ -123,6 +124,8 @@ def features_for(role: str):
     }
     if role == "verifier":
         columns["verdict"] = Value("string")
+        columns["fault_kind"] = Value("string")
+        columns["executed_cleanly"] = Value("bool")
     return Features(columns)
 
 
@@ -143,7 +146,10 @@ def to_example(event: dict[str, Any], facts: EpisodeFacts) -> Example:
         "step": event["step"],
     }
     if event["role"] == "verifier":
-        example["verdict"] = facts.env_verdict(event["turn"], event["attempt"])
+        example["verdict"] = facts.env_verdict(event)
+        example["fault_kind"] = (event.get("extra") or {}).get("fault_kind") or ("none" if example["verdict"] == "PASS" else "unlabelled")
+        # the judged steps all returned SUCCESS: a FAIL here is not visible from execution alone
+        example["executed_cleanly"] = all(s["envelope"]["status"] == "SUCCESS" for s in judged_steps(event) or [])
     return example
 
 
@@ -181,6 +187,10 @@ class _Collector:
         self.episodes["successful"] += bool(record["success"])
         self.episode_tasks.add((record["env"], str(record["task_id"])))
         events = self.pending.pop(episode_id, [])
+        # the gold teacher's record that a turn needed a tool ToolFace did not retrieve
+        missed = any((e.get("extra") or {}).get("retrieval_miss") for e in events)
+        self.episodes["with_retrieval_miss"] += missed
+        self.episodes["successful_without_retrieval_miss"] += bool(record["success"]) and not missed
         facts = EpisodeFacts.from_events(record, events)
         for event in events:
             role = event["role"]
@@ -232,7 +242,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
     """
     from datasets import DatasetDict
 
-    from data.card import length_stats, load_token_counter, write_card
+    from data.card import length_stats, load_token_counter, quality_stats, variant_messages, write_card
 
     options = options or BuildOptions()
     start = time.perf_counter()
@@ -356,6 +366,16 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
             "teachers": sorted({e["teacher"] for rows in by_split.values() for e in rows}),
             "tokens": {split: length_stats(values) for split, values in lengths.items()},
         }
+        everything = [e for rows in by_split.values() for e in rows]
+        role_report["quality"] = quality_stats(role, everything)
+        all_messages = [e["messages"] for e in everything]
+        role_report["prompt_tokens"] = {
+            "full system prompt, compact input": length_stats([v for vs in lengths.values() for v in vs]),
+            "short system prompt, compact input": length_stats(
+                counter.count([variant_messages(m, role, short=True) for m in all_messages])),
+            "full system prompt, indented input (before)": length_stats(
+                counter.count([variant_messages(m, role, pretty=True) for m in all_messages])),
+        }
         if role == "verifier":
             role_report["verdicts"] = {
                 split: dict(Counter(e["verdict"] for e in rows)) for split, rows in by_split.items()
@@ -421,6 +441,26 @@ def _applies(rule: str, role: str) -> bool:
     return rule != "unknown_role"
 
 
+def headline_checks(report: BuildReport) -> list[str]:
+    """Issue 8's four checks, over the built datasets (all splits)."""
+    q = {role: r.get("quality", {}) for role, r in report.roles.items()}
+
+    def rate(value: float | None) -> str:
+        return "n/a (no examples)" if value is None else f"{100 * value:.1f}%"
+
+    valid = {role: rate(stats.get("schema_valid_rate")) for role, stats in q.items()}
+    lines = ["checks:"]
+    if "planner" in q:
+        lines.append(f"  planner targets using only retrieved tools: {rate(q['planner'].get('only_shown_tools_rate'))}")
+    if "router" in q:
+        lines.append(f"  router literal values found in the router's input: {rate(q['router'].get('grounded_rate'))}")
+    lines.append("  targets valid against their serving schema: " + ", ".join(f"{r} {v}" for r, v in valid.items()))
+    if "verifier" in q:
+        lines.append(f"  verifier FAIL examples on steps that executed without error: "
+                     f"{rate(q['verifier'].get('clean_execution_fail_rate'))} of {q['verifier'].get('fail_examples', 0)}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m data.build",
@@ -459,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
           f"({report.read['torn_lines']} torn line(s) skipped); "
           f"{report.episodes.get('records', 0)} episodes, "
           f"{report.episodes['without_record']} without a record (dropped)")
+    print(f"episodes: {report.episodes.get('successful', 0)}/{report.episodes.get('records', 0)} valid by the "
+          f"checker; {report.episodes.get('with_retrieval_miss', 0)} with a retrieval miss (a gold tool not shown "
+          f"to the Planner), {report.episodes.get('successful_without_retrieval_miss', 0)} valid of the others")
     print(f"validation: {report.validation_source}; token lengths counted as {report.token_counter}")
     for role, r in report.roles.items():
         counts = ", ".join(f"{split} {n}" for split, n in r["splits"].items())
@@ -469,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
                 for split, v in r["verdicts"].items()
             )
         print(f"  {role:<9} {counts}{'  EMPTY' if sum(r['splits'].values()) == 0 else ''}{extra}")
+    for line in headline_checks(report):
+        print(line)
     print(f"wrote {out}/<role> and {out / 'build_report.json'} in {report.elapsed_s:.1f} s")
     if report.all_empty:
         print("datasets build: error: every role is empty (see the removed counts in "

@@ -139,7 +139,9 @@ def render_card(role: str, role_report: dict[str, Any], context: dict[str, Any])
         f"{role} call: column `messages` holds the exact system and user messages sent and "
         "the teacher's answer as the assistant message; provenance columns: `episode_id`, "
         "`task_id`, `env`, `teacher`, `verified`, `turn`, `attempt`, `step`"
-        + (", `verdict` (the label the environment gave)." if role == "verifier" else "."),
+        + (", `verdict` (the label execution, injected faults and the checker gave the judged "
+           "step), `fault_kind` (the fault injected into it, `none` for a clean step), "
+           "`executed_cleanly` (every judged step returned SUCCESS)." if role == "verifier" else "."),
         "",
         "## Splits",
         "",
@@ -178,6 +180,7 @@ def render_card(role: str, role_report: dict[str, Any], context: dict[str, Any])
     for name, description in RULES.items():
         if name in role_report["removed"]:
             lines.append(f"| `{name}` | {role_report['removed'][name]} | {description} |")
+    lines += render_quality(role, role_report.get("quality", {}), role_report.get("prompt_tokens", {}))
     tokens = role_report["tokens"]
     lines += [
         "",
@@ -215,3 +218,113 @@ def write_card(role_dir: Path, role: str, role_report: dict[str, Any], context: 
     role_dir.mkdir(parents=True, exist_ok=True)
     (role_dir / "README.md").write_text(render_card(role, role_report, context), encoding="utf-8")
     write_histogram(role_dir / "token_lengths.png", lengths_by_split, role, unit)
+
+
+# -- issue 8's learnability statistics -------------------------------------------------------
+
+def _payload_and_answer(example: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    from heart.roles.common import read_input
+
+    try:
+        payload = read_input(example["messages"][-2]["content"])
+        answer = json.loads(example["messages"][-1]["content"])
+    except (ValueError, KeyError, IndexError):
+        return None, None
+    return payload, answer
+
+
+def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a student can learn from these examples: schema-valid share (every role);
+    Planner targets using only shown tools; Router literal values found in the input;
+    Verifier labels by fault kind and the share of FAILs on steps that executed cleanly."""
+    import jsonschema
+
+    from data.grounding import literals, ungrounded_literals
+    from heart.roles import ROLE_MODULES
+    from heart.roles.planner import shown_tools
+
+    stats: dict[str, Any] = {"examples": len(examples)}
+    valid = 0
+    outside = planner_ok = literal_total = literal_missing = 0
+    by_kind: dict[str, dict[str, int]] = {}
+    fails = clean_fails = 0
+    for example in examples:
+        payload, answer = _payload_and_answer(example)
+        if payload is None or not isinstance(answer, dict):
+            continue
+        try:
+            valid += jsonschema.Draft202012Validator(ROLE_MODULES[role].schema_for_input(payload)).is_valid(answer)
+        except (KeyError, TypeError, AttributeError):
+            pass
+        if role == "planner":
+            shown = shown_tools(payload)
+            unseen = [s.get("tool_hint") for s in answer.get("plan", []) if s.get("tool_hint") not in shown]
+            outside += len(unseen)
+            planner_ok += not unseen
+        elif role == "router":
+            text = example["messages"][-2]["content"]
+            for d in answer.get("dispatch", []):
+                literal_total += sum(1 for _ in literals(d.get("resolved_bindings", {})))
+                literal_missing += len(ungrounded_literals(d.get("resolved_bindings", {}), text))
+        elif role == "verifier":
+            kind = example.get("fault_kind") or "none"
+            counts = by_kind.setdefault(kind, {"PASS": 0, "FAIL": 0})
+            counts[example["verdict"]] += 1
+            if example["verdict"] == "FAIL":
+                fails += 1
+                clean_fails += bool(example.get("executed_cleanly"))
+    n = len(examples)
+    stats["schema_valid_rate"] = round(valid / n, 4) if n else None
+    if role == "planner":
+        stats["only_shown_tools_rate"] = round(planner_ok / n, 4) if n else None
+        stats["tools_outside_retrieval"] = outside
+    if role == "router":
+        stats["literal_values"] = literal_total
+        stats["grounded_rate"] = round(1 - literal_missing / literal_total, 4) if literal_total else None
+    if role == "verifier":
+        stats["verdicts_by_fault_kind"] = dict(sorted(by_kind.items()))
+        stats["fail_examples"] = fails
+        stats["clean_execution_fail_rate"] = round(clean_fails / fails, 4) if fails else None
+    return stats
+
+
+def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, Any]) -> list[str]:
+    """Card lines for :func:`quality_stats` and the token comparison."""
+    lines = ["", "## Learnability checks", "",
+             f"- targets valid against the serving schema (`schema_for_input`): {quality.get('schema_valid_rate')}"]
+    if role == "planner":
+        lines.append(f"- plans using only retrieved (shown) tools: {quality.get('only_shown_tools_rate')} "
+                     f"(tools outside retrieval: {quality.get('tools_outside_retrieval')})")
+    if role == "router":
+        lines.append(f"- grounded rate (literal binding values found in the Router's input): "
+                     f"{quality.get('grounded_rate')} of {quality.get('literal_values')} values")
+    if role == "verifier":
+        lines.append(f"- FAIL examples on steps that executed without error: {quality.get('clean_execution_fail_rate')} "
+                     f"of {quality.get('fail_examples')}")
+        lines += ["", "| fault kind | PASS | FAIL |", "|---|---:|---:|"]
+        for kind, counts in quality.get("verdicts_by_fault_kind", {}).items():
+            lines.append(f"| {kind} | {counts['PASS']} | {counts['FAIL']} |")
+    if prompt_tokens:
+        lines += ["", "Rendered example lengths (all splits) by system prompt and input rendering:", "",
+                  "| rendering | n | median | p95 | max |", "|---|---:|---:|---:|---:|"]
+        for name, s in prompt_tokens.items():
+            if s.get("n"):
+                lines.append(f"| {name} | {s['n']} | {s['median']} | {s['p95']} | {s['max']} |")
+    return lines
+
+
+def variant_messages(messages: Messages, role: str, *, short: bool = False, pretty: bool = False) -> Messages:
+    """The example as the short system prompt, or the old indented input rendering, would
+    have made it (for the card's token comparison)."""
+    from heart.roles import ROLE_MODULES
+    from heart.roles.common import read_input
+
+    out = [dict(m) for m in messages]
+    if short:
+        out[0]["content"] = ROLE_MODULES[role].SHORT_SYSTEM_PROMPT
+    if pretty:
+        user = out[-2]["content"]
+        head = user[: user.index("INPUT:\n```json\n")]
+        block = json.dumps(read_input(user), ensure_ascii=False, indent=1, default=str)
+        out[-2]["content"] = f"{head}INPUT:\n```json\n{block}\n```"
+    return out

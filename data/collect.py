@@ -134,7 +134,7 @@ def collect(args: argparse.Namespace) -> int:
             if episode_id(args.env, tid, seed, teacher.name) not in done]
     (out / "traces").mkdir(exist_ok=True)
     shard = out / "traces" / f"shard-{len(list((out / 'traces').glob('*.jsonl'))):04d}.jsonl"  # one per run
-    config = LoopConfig(replan_budget=args.budget)
+    config = LoopConfig(replan_budget=args.budget, verify=args.verify)
     print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(task_ids) * len(args.seeds)} episodes, "
           f"{len(done)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
 
@@ -186,6 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one episode per task per seed")
     parser.add_argument("--budget", type=int, default=3, help="re-plan budget B")
+    parser.add_argument("--verify", default="step", choices=["step", "attempt"],
+                        help="Verifier granularity: per step (Algorithm 1) or per whole attempt")
     parser.add_argument("--concurrency", type=int, default=8, help="episodes run at once")
     parser.add_argument("--limit", type=int, default=0, help="only the first N tasks of the split")
     parser.add_argument("--resume", action="store_true", help="continue a killed run in --out")

@@ -10,15 +10,23 @@ card prints beside the count of examples it removed. Two kinds of rule:
   examples that survive, per role.
 
 The principle: Planner, Router and Primitive learn only from verified material (a
-successful episode, the attempt the Verifier passed); the Verifier learns PASS and FAIL,
-labelled by what execution and the checker showed, never by the teacher's own verdict.
+successful episode, the attempt the Verifier passed) that a student could produce from its
+own input (a Router value not in the Router's input is not learnable; an answer outside the
+role's serving schema is not producible); the Verifier learns PASS and FAIL per step,
+labelled by what execution, injected faults and the checker showed, never by the teacher's
+own verdict.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+import jsonschema
+
+from data.grounding import ungrounded_literals
 
 ROLES = ("planner", "router", "primitive", "verifier")
 ACTOR_ROLES = ("planner", "router", "primitive")
@@ -37,6 +45,8 @@ class AttemptFacts:
     """The parsed verdict of the attempt's (last) Verifier call, if any."""
     visible_failure: bool = False
     """A Primitive returned FAILURE, or a fault was injected into a non-Verifier output."""
+    faulted_steps: set = field(default_factory=set)
+    """Plan steps into which a teacher injected a fault (Router or Primitive)."""
 
 
 @dataclass
@@ -60,10 +70,13 @@ class EpisodeFacts:
                 # A fault injected into the Verifier's own output says nothing about whether
                 # execution went wrong; that Verifier example is dropped by its own filter.
                 if event["parse_error"] is None and isinstance(event["parsed"], dict):
-                    found.verdict = event["parsed"].get("verdict")
+                    found.verdict = event["parsed"].get("status")
                 continue
             if injected_fault(event):
                 found.visible_failure = True
+                step = (event.get("extra") or {}).get("fault_step", event["step"])
+                if step is not None:
+                    found.faulted_steps.add(step)
             if role == "primitive" and envelope_status(event) == "FAILURE":
                 found.visible_failure = True
         return facts
@@ -79,18 +92,27 @@ class EpisodeFacts:
             return None
         return last
 
-    def env_verdict(self, turn: int, attempt: int) -> str | None:
-        """The label execution and the checker give an attempt: PASS, FAIL or None (unknown).
+    def env_verdict(self, event: Event) -> str | None:
+        """The label execution, faults and the checker give a Verifier call: PASS, FAIL or
+        None (unknown), read from the steps in the Verifier's own input.
 
-        FAIL when a Primitive failed or a fault was injected in it; PASS when it is the
-        turn's last attempt of an episode the checker accepted; otherwise the evidence is
-        silent (the episode failed somewhere, not visibly here) and the label is unknown.
+        FAIL when a judged step did not return SUCCESS or had a fault injected (a semantic
+        fault executes cleanly yet deviates from the gold call); PASS when no judged step
+        shows either and the checker accepted the episode (for a whole-attempt verdict: on
+        the turn's last attempt); otherwise the evidence is silent and the label unknown.
         """
-        if self.attempts.get((turn, attempt), AttemptFacts()).visible_failure:
+        turn, attempt = event["turn"], event["attempt"]
+        facts = self.attempts.get((turn, attempt), AttemptFacts())
+        steps = judged_steps(event)
+        if steps is None:
+            return None
+        if any(s["envelope"]["status"] != "SUCCESS" or s["step"] in facts.faulted_steps for s in steps):
             return "FAIL"
-        if self.success and attempt == self.last_attempt.get(turn):
-            return "PASS"
-        return None
+        if not self.success:
+            return None
+        if event["step"] is None and attempt != self.last_attempt.get(turn):
+            return None
+        return "PASS"
 
 
 def injected_fault(event: Event) -> str | None:
@@ -104,7 +126,46 @@ def envelope_status(event: Event) -> str | None:
 
 def teacher_verdict(event: Event) -> str | None:
     parsed = event["parsed"]
-    return parsed.get("verdict") if isinstance(parsed, dict) else None
+    return parsed.get("status") if isinstance(parsed, dict) else None
+
+
+def event_input(event: Event) -> dict[str, Any] | None:
+    """The JSON payload of the role call, or None when its user message has none."""
+    from heart.roles.common import role_input
+
+    try:
+        return role_input(event["messages"])
+    except (ValueError, StopIteration, KeyError):
+        return None
+
+
+def judged_steps(event: Event) -> list[dict[str, Any]] | None:
+    """The steps a Verifier call judged (from its input)."""
+    payload = event_input(event)
+    steps = payload.get("steps") if isinstance(payload, dict) else None
+    return steps if isinstance(steps, list) else None
+
+
+def schema_valid(event: Event) -> bool:
+    """The answer validates against the schema its role is served with for this input."""
+    from heart.roles import ROLE_MODULES
+
+    payload = event_input(event)
+    if payload is None:
+        return False
+    try:
+        answer = json.loads(event["raw_output"])
+        # the validator class directly: jsonschema.validate re-checks the schema every call
+        return jsonschema.Draft202012Validator(ROLE_MODULES[event["role"]].schema_for_input(payload)).is_valid(answer)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def router_ungrounded(event: Event) -> list[tuple[str, Any]]:
+    """Literal binding values of a Router answer that do not occur in the Router's input."""
+    user = next(m["content"] for m in reversed(event["messages"]) if m["role"] == "user")
+    return [pair for d in (event["parsed"] or {}).get("dispatch", [])
+            for pair in ungrounded_literals(d.get("resolved_bindings", {}), user)]
 
 
 @dataclass(frozen=True)
@@ -141,6 +202,14 @@ EVENT_FILTERS: tuple[EventFilter, ...] = (
         and (e["role"] != "verifier" or teacher_verdict(e) in ("PASS", "FAIL")),
     ),
     EventFilter(
+        "not_schema_valid",
+        "answers that do not validate against the JSON schema the role is served with for "
+        "that input (`schema_for_input`): a student decoding under that schema could not "
+        "produce them",
+        ROLES,
+        lambda e, facts: schema_valid(e),
+    ),
+    EventFilter(
         "injected_fault",
         "outputs into which a teacher deliberately injected a fault",
         ROLES,
@@ -153,18 +222,25 @@ EVENT_FILTERS: tuple[EventFilter, ...] = (
         lambda e, facts: envelope_status(e) == "SUCCESS",
     ),
     EventFilter(
+        "router_ungrounded",
+        "Router answers binding a literal value that does not occur in the Router's input "
+        "(query, clarifications, conversation, earlier results, plan): not learnable from it",
+        ("router",),
+        lambda e, facts: not router_ungrounded(e),
+    ),
+    EventFilter(
         "env_label_unknown",
-        "Verifier calls on attempts where neither execution nor the checker shows the "
-        "answer (no visible failure, yet the episode failed or the attempt was not last)",
+        "Verifier calls where neither execution, injected faults nor the checker show the "
+        "answer (no failure or fault in the judged steps, yet the episode failed)",
         ("verifier",),
-        lambda e, facts: facts.env_verdict(e["turn"], e["attempt"]) is not None,
+        lambda e, facts: facts.env_verdict(e) is not None,
     ),
     EventFilter(
         "verdict_disagrees_with_env",
         "Verifier calls whose verdict contradicts the environment's label: the "
         "environment wins, and the teacher's mistaken verdict is not taught",
         ("verifier",),
-        lambda e, facts: teacher_verdict(e) == facts.env_verdict(e["turn"], e["attempt"]),
+        lambda e, facts: teacher_verdict(e) == facts.env_verdict(e),
     ),
 )
 

@@ -58,7 +58,7 @@ SCHEMA_FAULTS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_refe
 SEMANTIC_FAULTS = ("semantic_value",)
 """Faults that bind and may execute cleanly, but with a plausible wrong value."""
 FAULT_KINDS = SCHEMA_FAULTS + SEMANTIC_FAULTS
-SEMANTIC_SHARE = 0.5
+SEMANTIC_SHARE = 0.75
 """Share of injected faults that are semantic."""
 
 _QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
@@ -76,9 +76,14 @@ def _value_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+TASK_CHARS = 60
+OBJECTIVE_CHARS = 80
+"""The teacher writes intents shorter than the schema allows: every token of an answer is
+one the student must learn to produce."""
+
 # Natural-language fields are written from several templates so the student learns the
 # content, not one phrasing.
-OBJECTIVES = ("{Purpose}{args}.", "Use {tool} to {purpose}{args}.", "{Purpose} with {tool}{args}.")
+OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}.", "Use {tool} to {purpose}{args}.")
 REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
 
 
@@ -180,7 +185,8 @@ class GoldTeacher:
     def _planner(self, p: dict[str, Any]) -> tuple[dict, dict]:
         turn = self.task.turns.index(p["user_query"])
         state = self._current = self._turns.setdefault(turn, _TurnState(turn))
-        shown = {t["name"]: t for t in p["available_tools"]}
+        shown = {name: {"name": name, "category": category, "description": description}
+                 for category, tools in p["available_tools"].items() for name, description in tools.items()}
         remaining = self.task.gold[turn][state.consumed:]
         missing = sorted({c.name for c in remaining if c.name not in shown})
         meta: dict[str, Any] = {}
@@ -205,9 +211,12 @@ class GoldTeacher:
                 if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
                         and str(value).strip() and str(value) in query:
                     constraints.append(one_line(f"{name}: {value}", planner.CONSTRAINT_CHARS))
+        first = re.split(r"(?<=[.?!])\s", query)[0]
         intent = {
-            "task": one_line(re.split(r"(?<=[.?!])\s", query)[0], planner.TASK_CHARS),
-            "objective": one_line(query, planner.OBJECTIVE_CHARS),
+            "task": one_line(", ".join(dict.fromkeys(_purpose(shown[c.name]["description"]) or c.name
+                                                     for c in state.plan_calls)) or "answer without tools",
+                             TASK_CHARS),
+            "objective": one_line(first, OBJECTIVE_CHARS),
             "tool_categories": sorted({s["tool_category"] for s in plan}),
             "constraints": list(dict.fromkeys(constraints))[:planner.MAX_CONSTRAINTS],
         }

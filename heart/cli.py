@@ -60,7 +60,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     config = LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
                         max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
                         short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
-                        constrained=not args.no_constrain)
+                        constrained=not args.no_constrain, verify=args.verify)
     scores = []
     try:
         for task_id in task_ids:
@@ -171,6 +171,8 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
                    help="send ROLE the short system prompt (its adapter was context-distilled)")
     p.add_argument("--trace", help="append trace events to this JSONL file")
     p.add_argument("--budget", type=int, default=3, help="re-plan budget B (default 3)")
+    p.add_argument("--verify", default="step", choices=["step", "attempt"],
+                   help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
     p.add_argument("--max-clarifications", type=int, default=2, help="clarification questions per turn")
     p.add_argument("--max-plan-steps", type=int, default=10, help="longest plan (with constrained decoding)")
     p.add_argument("--retrieve-k", type=int, default=10, help="tools ToolFace shows the Planner")

@@ -64,7 +64,7 @@ from heart.toolface import ToolFace
 
 Observer = Callable[[str, dict[str, Any]], None]
 
-PLANNER_CONVERSATION_CHARS = 160
+PLANNER_CONVERSATION_CHARS = 100
 """The Planner sees earlier turns' responses cut to this: it plans from the gist, while the
 Router, which must ground values, sees them as the episode keeps them."""
 RESPONSE_RESULT_CHARS = 600
@@ -148,7 +148,8 @@ class HeartLoop:
     def solve(self, query: str, conversation: list[dict[str, str]] | None = None) -> TurnResult:
         conversation = conversation or []
         # T_q ← T.retrieve(q): names, one-line descriptions and categories, never schemas
-        tools = [{"name": t.name, "description": t.description, "category": t.category}
+        # (the full description: the Planner's input shows each tool's own first sentence)
+        tools = [{"name": t.name, "description": self.toolface.get(t.name).spec.description, "category": t.category}
                  for t in self.toolface.retrieve(query, self.config.retrieve_k)]
         clarifications: list[dict[str, str]] = []
         executed: list[dict[str, Any]] = []

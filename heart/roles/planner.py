@@ -17,18 +17,10 @@ from heart.roles.common import ParseResult, parse_model, render_input
 
 ROLE = "planner"
 
-SYSTEM_PROMPT = """You are the Planner of a tool-using assistant.
-1. Intent analysis: name the target task and its objective, the relevant tool categories, and the user's constraints and preferences (names, amounts, dates, limits).
-2. Information sufficiency: SUFFICIENT if the query, conversation and clarifications give every detail needed (a detail a tool can look up is not missing); otherwise INSUFFICIENT.
-3. If SUFFICIENT, write a plan: steps numbered 1..n, each with one tool from "available_tools" ("tool_hint": its exact name, "tool_category": its category), a one-sentence objective, and "dependencies": the earlier steps whose results or effects it needs.
-4. If INSUFFICIENT, ask one clarification question that asks only for the missing information.
-Rules:
-- Use only tools from "available_tools"; prefer the fewest steps. If no available tool serves the request, return an empty plan.
-- If "feedback" is present, earlier attempts failed: fix what every feedback says and set "replanned": true. Steps in "executed_so_far" with status SUCCESS already changed the world: do not repeat them.
-- If "may_ask" is false, do not ask: plan with what you have.
-Answer with one JSON object and nothing else, in one of these forms:
-{"status":"SUFFICIENT","intent":{"task":"...","objective":"...","tool_categories":["..."],"constraints":["..."]},"plan":[{"step":1,"tool_category":"...","tool_hint":"<tool name>","objective":"...","dependencies":[]}],"replanned":false}
-{"status":"INSUFFICIENT","intent":{"task":"...","objective":"...","tool_categories":[],"constraints":[]},"clarification":"<question>","replanned":false}"""
+SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the intent (task, objective, tool categories, the user's constraints). If a needed detail is missing and no tool can look it up, answer INSUFFICIENT with one question asking only for it (only if "may_ask"). Otherwise plan steps 1..n, each with one tool of "available_tools" (category → name → description): exact "tool_hint", its "tool_category", a one-sentence objective, and the earlier steps it needs as "dependencies"; fewest steps, at most "max_steps", empty if no tool serves. With "feedback", fix all of it, set "replanned": true, and do not repeat SUCCESS steps of "executed_so_far".
+Answer with JSON only:
+{"status":"SUFFICIENT","intent":{"task":"","objective":"","tool_categories":[],"constraints":[]},"plan":[{"step":1,"tool_category":"","tool_hint":"","objective":"","dependencies":[]}],"replanned":false}
+or {"status":"INSUFFICIENT","intent":{...},"clarification":"","replanned":false}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
@@ -44,6 +36,8 @@ OBJECTIVE_CHARS = 160
 CONSTRAINT_CHARS = 100
 MAX_CONSTRAINTS = 4
 CLARIFICATION_CHARS = 150
+DESCRIPTION_CHARS = 80
+"""A tool's line in the Planner's input: its own first sentence, at most this long."""
 
 
 class Intent(BaseModel):
@@ -87,6 +81,18 @@ class PlannerOutput(BaseModel):
         return self
 
 
+def tool_line(description: str) -> str:
+    """A tool's own first sentence (BFCL: the text after "Tool description:"), clipped."""
+    text = " ".join(description.split("Tool description:")[-1].split())
+    sentence = text.split(". ")[0].rstrip(".…").strip()
+    return sentence if len(sentence) <= DESCRIPTION_CHARS else sentence[: DESCRIPTION_CHARS - 1].rstrip() + "…"
+
+
+def shown_tools(payload: dict[str, Any]) -> dict[str, str]:
+    """Tool name → category of the tools the Planner's input shows."""
+    return {name: category for category, tools in payload["available_tools"].items() for name in tools}
+
+
 def build_payload(
     query: str,
     tools: list[dict[str, str]],
@@ -96,11 +102,15 @@ def build_payload(
     executed_so_far: list[dict[str, Any]] | None = None,
     feedback: list[str] | None = None,
     may_ask: bool = True,
-    max_steps: int = 6,
+    max_steps: int = 10,
 ) -> dict[str, Any]:
-    """The Planner's input. ``tools`` are ``{name, description, category}``; ``feedback`` is
-    every Verifier feedback of the turn so far (Algorithm 1's accumulated context C)."""
-    payload: dict[str, Any] = {"user_query": query, "available_tools": tools}
+    """The Planner's input. ``tools`` are ``{name, description, category}`` (shown grouped
+    by category, each by :func:`tool_line`); ``feedback`` is every Verifier feedback of the
+    turn so far (Algorithm 1's accumulated context C)."""
+    grouped: dict[str, dict[str, str]] = {}
+    for tool in tools:
+        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = tool_line(tool.get("description", ""))
+    payload: dict[str, Any] = {"user_query": query, "available_tools": grouped}
     if conversation:
         payload["conversation"] = conversation
     if clarifications:
@@ -127,22 +137,23 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PlannerOu
     result = parse_model(text, PlannerOutput)
     if not result.ok:
         return result
-    shown = {t["name"] for t in payload["available_tools"]}
+    shown = shown_tools(payload)
     unknown = [s.tool_hint for s in result.value.plan if s.tool_hint not in shown]
     if result.value.status == "SUFFICIENT" and unknown:
         return ParseResult(None, f"plan uses tools that were not shown: {', '.join(map(repr, unknown))}")
-    if len(result.value.plan) > payload.get("max_steps", 6):
+    if len(result.value.plan) > payload.get("max_steps", 10):
         return ParseResult(None, f"plan has {len(result.value.plan)} steps; at most {payload.get('max_steps', 6)}")
     return result
 
 
-def output_schema(tools: list[dict[str, str]], may_ask: bool = True, max_steps: int = 6,
+def output_schema(tools: dict[str, str], may_ask: bool = True, max_steps: int = 10,
                   replanning: bool = False) -> dict[str, Any]:
     """JSON Schema of a valid answer, for constrained decoding: steps numbered 1..n, tools
-    limited to the shown ones, each step depending only on earlier ones, ``replanned`` fixed
-    by whether this is a re-plan, and no clarification once the budget is spent."""
-    names = sorted({t["name"] for t in tools}) or [""]
-    categories = sorted({t.get("category", "") for t in tools}) or [""]
+    limited to the shown ones (``tools``: name → category), each step depending only on
+    earlier ones, ``replanned`` fixed by whether this is a re-plan, and no clarification
+    once the budget is spent."""
+    names = sorted(tools) or [""]
+    categories = sorted(set(tools.values())) or [""]
     text = lambda limit: {"type": "string", "maxLength": limit}  # noqa: E731
 
     def step(n: int) -> dict[str, Any]:
@@ -182,5 +193,5 @@ def output_schema(tools: list[dict[str, str]], may_ask: bool = True, max_steps: 
 def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
     """The serving schema of the answer to this input (what :func:`output_schema` gets from
     the loop, read back from the payload alone)."""
-    return output_schema(payload["available_tools"], payload.get("may_ask", True),
-                         payload.get("max_steps", 6), bool(payload.get("feedback")))
+    return output_schema(shown_tools(payload), payload.get("may_ask", True),
+                         payload.get("max_steps", 10), bool(payload.get("feedback")))
