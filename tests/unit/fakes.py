@@ -51,15 +51,26 @@ class Script:
         return sum(1 for r, _ in self.calls if r == role)
 
 
-def plan(*steps: tuple[str, str]) -> dict:
-    return {"status": "SUFFICIENT", "intent": "test",
-            "plan": [{"step": i, "tool": t, "objective": o, "depends_on": []} for i, (t, o) in enumerate(steps, 1)]}
+INTENT = {"task": "test", "objective": "test", "tool_categories": [], "constraints": []}
 
 
-def dispatch(*items: tuple[str, dict]) -> dict:
+def plan(*steps: tuple, replanned: bool = False) -> dict:
+    """A SUFFICIENT plan of (tool, objective[, dependencies]) steps."""
+    return {"status": "SUFFICIENT", "intent": INTENT, "replanned": replanned,
+            "plan": [{"step": i, "tool_category": "", "tool_hint": s[0], "objective": s[1],
+                      "dependencies": list(s[2]) if len(s) > 2 else []} for i, s in enumerate(steps, 1)]}
+
+
+def ask(question: str) -> dict:
+    return {"status": "INSUFFICIENT", "intent": INTENT, "clarification": question, "replanned": False}
+
+
+def dispatch(*items: tuple) -> dict:
+    """A dispatch of (tool, bindings[, h_params]) entries."""
     return {"status": "READY", "dispatch": [
-        {"step": i, "target_tool": t, "invocation_request": f"call {t}", "resolved_bindings": b,
-         "h_params": {"retry": 0, "priority": 0, "timeout_s": 5}} for i, (t, b) in enumerate(items, 1)]}
+        {"step": i, "target_tool": item[0], "invocation_request": f"call {item[0]}", "resolved_bindings": item[1],
+         "h_params": {"retry": 1, "priority": "normal", "timeout_s": 5, **(item[2] if len(item) > 2 else {})}}
+        for i, item in enumerate(items, 1)]}
 
 
 def args(tool: str, **arguments: Any) -> dict:
@@ -71,15 +82,21 @@ def echo_bindings(payload: dict) -> dict:
     return {"tool": payload["tool"]["name"], "arguments": payload["resolved_bindings"]}
 
 
-PASS = {"verdict": "PASS", "criteria": {"task_completion": True, "argument_consistency": True,
-                                        "execution_validity": True, "constraint_satisfaction": True},
-        "feedback": "", "response": "done"}
+def verdict(payload: dict, status: str = "PASS", feedback: str = "", failed: tuple = ()) -> dict:
+    """A D.4 verdict on the (first) step of the Verifier's input."""
+    step = payload["steps"][0]["step"] if payload["steps"] else 0
+    criteria = {c: "fail" if c in failed else "pass" for c in
+                ("task_completion", "argument_consistency", "execution_validity", "constraint_satisfaction")}
+    return {"status": status, "step": step, "criteria": criteria, "feedback": feedback}
 
 
-def fail(feedback: str) -> dict:
-    return {"verdict": "FAIL", "criteria": {"task_completion": False, "argument_consistency": True,
-                                            "execution_validity": False, "constraint_satisfaction": True},
-            "feedback": feedback, "response": ""}
+def PASS(payload: dict) -> dict:
+    return verdict(payload)
+
+
+def fail(feedback: str):
+    """A Verifier that fails the step it is shown with ``feedback``."""
+    return lambda payload: verdict(payload, "FAIL", feedback, ("task_completion", "execution_validity"))
 
 
 Responder = Callable[[str, list[dict[str, str]]], str]
