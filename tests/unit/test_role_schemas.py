@@ -7,63 +7,76 @@ import pytest
 
 from heart.roles import planner, primitive, router, verifier
 
-TOOLS = ["cd", "ls", "mv"]
+TOOLS = {"cd": "fs", "ls": "fs", "mv": "fs"}
+INTENT = {"task": "t", "objective": "o", "tool_categories": ["fs"], "constraints": []}
 
 
 def valid(schema, value):
-    try:
-        jsonschema.validate(value, schema)
-    except jsonschema.ValidationError:
-        return False
-    return True
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+def step(n, tool, deps=()):
+    return {"step": n, "tool_category": "fs", "tool_hint": tool, "objective": "o", "dependencies": list(deps)}
 
 
 def test_planner_schema_accepts_good_plans_and_rejects_what_the_parser_rejects():
-    schema = planner.output_schema(TOOLS)
-    good = {"status": "SUFFICIENT", "intent": "i", "plan": [
-        {"step": 1, "tool": "cd", "objective": "o", "depends_on": []},
-        {"step": 2, "tool": "mv", "objective": "o", "depends_on": [1]}]}
-    assert valid(schema, good) and planner.parse(json.dumps(good), set(TOOLS)).ok
-    ask = {"status": "INSUFFICIENT", "intent": "i", "clarification": "Which file?"}
-    assert valid(schema, ask) and not valid(planner.output_schema(TOOLS, may_ask=False), ask)
+    payload = planner.build_payload("q", [{"name": n, "description": "d", "category": c} for n, c in TOOLS.items()],
+                                    max_steps=6)
+    schema = planner.schema_for_input(payload)
+    good = {"status": "SUFFICIENT", "intent": INTENT, "plan": [step(1, "cd"), step(2, "mv", [1])], "replanned": False}
+    assert valid(schema, good) and planner.parse_for_input(json.dumps(good), payload).ok
+    ask = {"status": "INSUFFICIENT", "intent": INTENT, "clarification": "Which file?", "replanned": False}
+    assert valid(schema, ask)
+    assert not valid(planner.schema_for_input({**payload, "may_ask": False}), ask)
     for bad in (
-        {**good, "plan": [{**good["plan"][0], "tool": "rm"}]},                       # unknown tool
-        {**good, "plan": [{**good["plan"][0], "depends_on": [1]}]},                  # self-dependency
-        {**good, "plan": [good["plan"][1]]},                                         # misnumbered
-        {**good, "plan": [good["plan"][0]] * 7},                                     # too long
+        {**good, "plan": [step(1, "rm")]},                                    # a tool not shown
+        {**good, "plan": [step(1, "cd", [1])]},                               # self-dependency
+        {**good, "plan": [step(2, "mv")]},                                    # misnumbered
+        {**good, "plan": [step(i, "cd") for i in range(1, 8)]},               # longer than max_steps
     ):
         assert not valid(schema, bad)
-        assert not planner.parse(json.dumps(bad), set(TOOLS)).ok or len(bad["plan"]) > 6
+        assert not planner.parse_for_input(json.dumps(bad), payload).ok
+    assert not valid(schema, {**good, "replanned": True})  # not a re-plan: no feedback in the input
+    assert not valid(schema, {**good, "intent": {**INTENT, "task": "x" * 200}})  # length limits
 
 
-def test_router_schema_pins_steps_tools_and_parameter_names():
-    schema = router.output_schema({1: "cd", 2: "mv"}, {"cd": ["folder"], "mv": ["source", "destination"]})
+def test_router_schema_pins_steps_tools_required_and_parameter_names():
+    payload = router.build_payload("q", [{"step": 1, "tool_hint": "cd", "objective": "", "dependencies": []},
+                                         {"step": 2, "tool_hint": "mv", "objective": "", "dependencies": [1]}],
+                                   {"cd": {"required": ["folder"], "optional": []},
+                                    "mv": {"required": ["source"], "optional": ["destination"]}})
+    schema = router.schema_for_input(payload)
     entry = lambda s, t, b: {"step": s, "target_tool": t, "invocation_request": "r", "resolved_bindings": b,  # noqa: E731
-                             "h_params": {"retry": 0, "priority": 0, "timeout_s": 10}}
+                             "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}
     good = {"status": "READY", "dispatch": [entry(1, "cd", {"folder": "docs"}),
                                             entry(2, "mv", {"source": "$step_1.result.x"})]}
-    assert valid(schema, good) and router.parse(json.dumps(good), {1: "cd", 2: "mv"}).ok
+    assert valid(schema, good) and router.parse_for_input(json.dumps(good), payload).ok
     assert not valid(schema, {**good, "dispatch": good["dispatch"][:1]})
-    assert not valid(schema, {**good, "dispatch": [entry(1, "cd", {"colour": 1}), good["dispatch"][1]]})
-    assert not valid(schema, {**good, "dispatch": [entry(1, "mv", {}), good["dispatch"][1]]})
+    assert not valid(schema, {**good, "dispatch": [entry(1, "cd", {"folder": "d", "colour": 1}), good["dispatch"][1]]})
+    assert not valid(schema, {**good, "dispatch": [entry(1, "cd", {}), good["dispatch"][1]]})  # required unbound
+    assert not valid(schema, {**good, "dispatch": [entry(1, "mv", {"source": "a"}), good["dispatch"][1]]})
+    retry0 = {**entry(1, "cd", {"folder": "d"}), "h_params": {"retry": 0, "priority": "normal", "timeout_s": 30}}
+    assert not valid(schema, {**good, "dispatch": [retry0, good["dispatch"][1]]})
 
 
 def test_primitive_schema_is_the_tools_own_argument_schema():
     params = {"type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}
-    schema = primitive.output_schema("cd", params)
+    schema = primitive.schema_for_input(primitive.build_payload("go", {}, primitive.tool_card("cd", "d", params)))
     assert valid(schema, {"tool": "cd", "arguments": {"folder": "docs"}})
     assert valid(schema, {"status": "UNRESOLVABLE", "tool": "cd", "reason": "no folder given"})
     assert not valid(schema, {"tool": "cd", "arguments": {}})
     assert not valid(schema, {"tool": "ls", "arguments": {"folder": "docs"}})
 
 
-@pytest.mark.parametrize("verdict, holds, feedback, ok", [
-    ("PASS", True, "", True), ("MAYBE", True, "", False),
-    ("PASS", False, "", False),  # PASS needs all four criteria
-    ("FAIL", False, "step 1 failed", True), ("FAIL", False, "", False),  # FAIL needs feedback
+@pytest.mark.parametrize("status, mark, feedback, ok", [
+    ("PASS", "pass", "", True), ("MAYBE", "pass", "", False),
+    ("PASS", "fail", "", False),  # PASS needs all four criteria
+    ("PASS", "pass", "extra", False),  # PASS carries no feedback
+    ("FAIL", "fail", "step 1 failed", True), ("FAIL", "fail", "", False),  # FAIL needs feedback
 ])
-def test_verifier_schema_matches_the_parser(verdict, holds, feedback, ok):
-    value = {"verdict": verdict, "criteria": {c: holds for c in verifier.CRITERIA}, "feedback": feedback,
-             "response": "r"}
-    assert valid(verifier.output_schema(), value) is ok
-    assert verifier.parse(json.dumps(value)).ok is ok
+def test_verifier_schema_matches_the_parser(status, mark, feedback, ok):
+    payload = verifier.build_payload("q", {}, [{"step": 1}])
+    value = {"status": status, "step": 1, "criteria": dict.fromkeys(verifier.CRITERIA, mark), "feedback": feedback}
+    assert valid(verifier.schema_for_input(payload), value) is ok
+    assert verifier.parse_for_input(json.dumps(value), payload).ok is ok
+    assert not valid(verifier.schema_for_input(payload), {**value, "step": 2})
