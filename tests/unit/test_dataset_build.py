@@ -10,6 +10,8 @@ import pytest
 from data.build import BuildOptions, build_role_datasets, main, validation_tasks_by_fraction
 from data.filters import balance_verdicts
 from heart.environments.splits import split_of
+from heart.roles import planner, primitive, router, verifier
+from heart.roles.common import read_input, render_input
 from heart.traces import EpisodeRecord, TraceEvent, TraceWriter
 
 ENV = "toy"
@@ -25,22 +27,49 @@ DEV = tasks_in("dev", 2)
 TEST = tasks_in("test", 1)
 
 
+LS = {"type": "object", "properties": {"path": {"type": "string"}}}
+INTENT = {"task": "t", "objective": "o", "tool_categories": ["fs"], "constraints": []}
+
+
+def role_call(role: str, text: str, step: int | None, envelope_status: str = "SUCCESS") -> tuple[str, dict]:
+    """A real role input (with ``text`` as its query or request) and a valid answer."""
+    if role == "planner":
+        payload = planner.build_payload(text, [{"name": "ls", "description": "List files.", "category": "fs"}])
+        answer = {"status": "SUFFICIENT", "intent": INTENT, "replanned": False, "plan": [
+            {"step": 1, "tool_category": "fs", "tool_hint": "ls", "objective": "list", "dependencies": []}]}
+        return render_input(planner.INSTRUCTION, payload), answer
+    if role == "router":
+        payload = router.build_payload(text, [{"step": 1, "tool_hint": "ls", "objective": "list", "dependencies": []}],
+                                       {"ls": router.tool_parameters(LS)})
+        answer = {"status": "READY", "dispatch": [{"step": 1, "target_tool": "ls", "invocation_request": "list",
+                                                   "resolved_bindings": {},
+                                                   "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}
+        return render_input(router.INSTRUCTION, payload), answer
+    if role == "primitive":
+        payload = primitive.build_payload(text, {}, primitive.tool_card("ls", "List files.", LS))
+        return render_input(primitive.INSTRUCTION, payload), {"tool": "ls", "arguments": {}}
+    entry = verifier.step_entry({"step": step, "tool_hint": "ls", "objective": "list"}, "list", {},
+                                {"status": envelope_status, "tool": "ls"}, LS)
+    return render_input(verifier.INSTRUCTION, verifier.build_payload(text, INTENT, [entry])), {}
+
+
 class Episode:
-    """Writes the events of one episode the way the loop does, then its record."""
+    """Writes the events of one episode the way the loop does (real role inputs), then its record."""
 
     def __init__(self, writer: TraceWriter, episode_id: str, task_id: str, teacher: str = "gold"):
         self.writer, self.episode_id, self.task_id, self.teacher = writer, episode_id, task_id, teacher
 
     def call(self, role: str, attempt: int, step: int | None = None, *, turn: int = 0,
              user: str | None = None, output: dict | None = None, parse_error: str | None = None,
-             extra: dict | None = None, raw: str | None = None) -> None:
-        user = user or f"{role} {self.task_id} turn {turn} attempt {attempt} step {step}"
-        output = output if output is not None else {"role": role, "ok": True}
+             extra: dict | None = None, raw: str | None = None, envelope_status: str = "SUCCESS") -> None:
+        text = user or f"{role} {self.task_id} turn {turn} attempt {attempt} step {step}"
+        content, answer = role_call(role, text, step, envelope_status)
+        output = output if output is not None else answer
         self.writer.write(TraceEvent(
             episode_id=self.episode_id, task_id=self.task_id, env=ENV, turn=turn,
             attempt=attempt, step=step, role=role, backend=self.teacher, adapter=None,
             messages=[{"role": "system", "content": f"You are the {role}."},
-                      {"role": "user", "content": user}],
+                      {"role": "user", "content": content}],
             raw_output=raw if raw is not None else json.dumps(output),
             parsed=None if parse_error else output, parse_error=parse_error,
             latency_s=0.01, prompt_tokens=5, completion_tokens=5, extra=extra or {},
@@ -51,9 +80,12 @@ class Episode:
                               else "RUNTIME_ERROR"}, **kw.pop("extra", {})}
         self.call("primitive", attempt, step, extra=extra, **kw)
 
-    def verifier(self, attempt: int, verdict: str, **kw) -> None:
-        self.call("verifier", attempt, output={"verdict": verdict, "criteria": {},
-                                               "feedback": f"{verdict} for {self.task_id}"}, **kw)
+    def verifier(self, attempt: int, verdict: str, envelope_status: str = "SUCCESS", **kw) -> None:
+        criteria = dict.fromkeys(("task_completion", "argument_consistency", "execution_validity",
+                                  "constraint_satisfaction"), "pass" if verdict == "PASS" else "fail")
+        self.call("verifier", attempt, 0, envelope_status=envelope_status,
+                  output={"status": verdict, "step": 0, "criteria": criteria,
+                          "feedback": "" if verdict == "PASS" else f"FAIL for {self.task_id}"}, **kw)
 
     def attempt(self, attempt: int, verdict: str, primitive_status: str = "SUCCESS") -> None:
         user = (f"plan {self.task_id}" if attempt == 0
@@ -61,7 +93,7 @@ class Episode:
         self.call("planner", attempt, user=user)
         self.call("router", attempt, 0)
         self.primitive(attempt, 0, primitive_status)
-        self.verifier(attempt, verdict)
+        self.verifier(attempt, verdict, primitive_status)
 
     def close(self, success: bool) -> None:
         self.writer.write(EpisodeRecord(
@@ -138,16 +170,16 @@ def rows(out, role, split="train"):
 
 def test_actor_roles_get_only_the_passing_attempt(built):
     report, out = built
-    planner = rows(out, "planner")
+    plans = rows(out, "planner")
     # A's re-plan (attempt 1, carrying the feedback) and B's plan; not A's attempt 0, not D
-    assert sorted((r["episode_id"], r["attempt"]) for r in planner) == [("A", 1), ("B", 0)]
-    replan = next(r for r in planner if r["episode_id"] == "A")
+    assert sorted((r["episode_id"], r["attempt"]) for r in plans) == [("A", 1), ("B", 0)]
+    replan = next(r for r in plans if r["episode_id"] == "A")
     assert "verifier feedback" in replan["messages"][1]["content"]
     assert [m["role"] for m in replan["messages"]] == ["system", "user", "assistant"]
     assert replan["teacher"] == "gold" and replan["verified"] is True and replan["step"] is None
     assert [(r["episode_id"], r["attempt"], r["step"]) for r in rows(out, "router")] == [("A", 1, 0)]
-    primitive = rows(out, "primitive")
-    assert sorted((r["episode_id"], r["attempt"]) for r in primitive) == [("A", 1), ("B", 0)]
+    primitives = rows(out, "primitive")
+    assert sorted((r["episode_id"], r["attempt"]) for r in primitives) == [("A", 1), ("B", 0)]
     removed = report.roles["router"]["removed"]
     assert removed["injected_fault"] == 1  # B's router
     assert removed["episode_not_successful"] == 2  # D's two routers
@@ -160,13 +192,14 @@ def test_actor_roles_get_only_the_passing_attempt(built):
 
 def test_verifier_is_labelled_by_execution_and_checker(built):
     report, out = built
-    verifier = rows(out, "verifier")
-    got = sorted((r["episode_id"], r["attempt"], r["verdict"]) for r in verifier)
+    verdicts = rows(out, "verifier")
+    got = sorted((r["episode_id"], r["attempt"], r["verdict"]) for r in verdicts)
     # A: FAIL (primitive failed) and PASS; D: attempt 0 FAIL (visible); D attempt 1 unknown;
     # B: teacher said PASS on an attempt with an injected fault: the environment wins
     assert got == [("A", 0, "FAIL"), ("A", 1, "PASS"), ("D", 0, "FAIL")]
-    for r in verifier:
-        assert json.loads(r["messages"][-1]["content"])["verdict"] == r["verdict"]
+    for r in verdicts:
+        assert json.loads(r["messages"][-1]["content"])["status"] == r["verdict"]
+        assert r["fault_kind"] == ("none" if r["verdict"] == "PASS" else "unlabelled")
     removed = report.roles["verifier"]["removed"]
     assert removed["verdict_disagrees_with_env"] == 1
     assert removed["env_label_unknown"] == 1
@@ -310,7 +343,42 @@ def test_a_resumed_episode_uses_only_the_shard_that_closed_it(tmp_path):
     report = build_role_datasets(run, tmp_path / "ds", BuildOptions(token_counter="whitespace"))
     from datasets import load_from_disk
 
-    planner = load_from_disk(str(tmp_path / "ds" / "planner"))
-    users = [m[1]["content"] for split in planner.values() for m in split["messages"]]
+    planner_ds = load_from_disk(str(tmp_path / "ds" / "planner"))
+    users = [read_input(m[1]["content"])["user_query"] for split in planner_ds.values() for m in split["messages"]]
     assert users == [f"plan {TRAIN[0]}"]
     assert report.roles["planner"]["removed"]["no_episode_record"] == 1
+
+
+def test_ungrounded_and_schema_invalid_answers_are_dropped_and_the_checks_printed(tmp_path, capsys):
+    with TraceWriter(tmp_path / "run" / "traces" / "s.jsonl", fsync=False) as w:
+        for i, task in enumerate(TRAIN[:4]):
+            ep = Episode(w, f"ep{i}", task)
+            ep.attempt(0, "PASS")
+            ep.close(True)
+        bad = Episode(w, "bad", TRAIN[4])
+        _, plan = role_call("planner", "x", None)
+        bad.call("planner", 0, output={**plan, "intent": {**plan["intent"], "task": "t" * 500}})
+        _, route = role_call("router", "x", None)
+        route["dispatch"][0]["resolved_bindings"] = {"path": "/secret/invented"}  # not in the input
+        bad.call("router", 0, output=route)
+        good_route = json.loads(json.dumps(route))
+        good_route["dispatch"][0]["resolved_bindings"] = {"path": "attempt"}  # in its input
+        bad.call("router", 0, 1, output=good_route)
+        bad.primitive(0, 0)
+        bad.verifier(0, "PASS")
+        bad.close(True)
+    assert main([str(tmp_path / "run"), "--tokenizer", "whitespace"]) == 0
+    out = capsys.readouterr().out
+    assert "checks:" in out
+    assert "router literal values found in the router's input: 100.0%" in out
+    assert "targets valid against their serving schema: planner 100.0%" in out
+    report = json.loads((tmp_path / "run" / "datasets" / "build_report.json").read_text())
+    assert report["roles"]["planner"]["removed"]["not_schema_valid"] == 1
+    assert report["roles"]["router"]["removed"]["router_ungrounded"] == 1
+    assert report["roles"]["router"]["quality"]["literal_values"] == 1
+    assert report["roles"]["planner"]["quality"]["only_shown_tools_rate"] == 1.0
+    assert set(report["roles"]["planner"]["prompt_tokens"]) == {
+        "full system prompt, compact input", "short system prompt, compact input",
+        "full system prompt, indented input (before)"}
+    card = (tmp_path / "run" / "datasets" / "router" / "README.md").read_text()
+    assert "grounded rate" in card and "| `router_ungrounded` | 1 |" in card
