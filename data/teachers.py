@@ -73,7 +73,18 @@ def _purpose(description: str) -> str:
 
 
 def _value_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """A value inside natural-language text, quoted with single quotes: escaped double quotes
+    inside JSON strings are what the serving grammar handles worst."""
+    if isinstance(value, str):
+        return "'" + value.replace('"', "'") + "'"
+    return json.dumps(value, ensure_ascii=False).replace('"', "'")
+
+
+def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    """``arguments`` in the parameter order of the tool's schema: constrained decoding
+    writes properties in schema order, so the teacher does too."""
+    rank = {name: i for i, name in enumerate(order)}
+    return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
 TASK_CHARS = 60
@@ -133,7 +144,9 @@ class GoldTeacher:
         payload = role_input(messages)
         answer, meta = {"planner": self._planner, "router": self._router,
                         "primitive": self._primitive, "verifier": self._verifier}[role](payload)
-        text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+        # json.dumps' default separators: the very form the serving grammar (heart.runtime.hf)
+        # and the prefills use, so a student learns exactly what it may produce
+        text = json.dumps(answer, ensure_ascii=False)
         return Generation(text=text, backend=self.name, meta=meta,
                           prompt_tokens=sum(len(m["content"].split()) for m in messages),
                           completion_tokens=len(text.split()), latency_s=time.perf_counter() - start)
@@ -231,6 +244,8 @@ class GoldTeacher:
         meta: dict[str, Any] = {}
         dispatch = []
         for i, call in enumerate(state.plan_calls, 1):
+            params = p["tools"].get(call.name, {})
+            call = ToolCall(call.name, _in_order(call.arguments, params.get("required", []) + params.get("optional", [])))
             bindings: dict[str, Any] = {}
             references: dict[str, str] = {}
             for name, value in call.arguments.items():
@@ -264,7 +279,7 @@ class GoldTeacher:
         state = self._current
         tool = p["tool"]["name"]
         step, call = state.pending.pop(next(i for i, (_, c) in enumerate(state.pending) if c.name == tool))
-        arguments = dict(call.arguments)
+        arguments = _in_order(call.arguments, list(p["tool"]["parameters"].get("properties", {})))
         fault = state.primitive_faults.pop(step, None)
         if fault is None:
             return {"tool": tool, "arguments": arguments}, {}

@@ -19,12 +19,12 @@ ROLE = "planner"
 
 SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the intent (task, objective, tool categories, the user's constraints). If a needed detail is missing and no tool can look it up, answer INSUFFICIENT with one question asking only for it (only if "may_ask"). Otherwise plan steps 1..n, each with one tool of "available_tools" (category → name → description): exact "tool_hint", its "tool_category", a one-sentence objective, and the earlier steps it needs as "dependencies"; fewest steps, at most "max_steps", empty if no tool serves. With "feedback", fix all of it, set "replanned": true, and do not repeat SUCCESS steps of "executed_so_far".
 Answer with JSON only:
-{"status":"SUFFICIENT","intent":{"task":"","objective":"","tool_categories":[],"constraints":[]},"plan":[{"step":1,"tool_category":"","tool_hint":"","objective":"","dependencies":[]}],"replanned":false}
-or {"status":"INSUFFICIENT","intent":{...},"clarification":"","replanned":false}"""
+{"status": "SUFFICIENT", "intent": {"task": "", "objective": "", "tool_categories": [], "constraints": []}, "plan": [{"step": 1, "tool_category": "", "tool_hint": "", "objective": "", "dependencies": []}], "replanned": false}
+or {"status": "INSUFFICIENT", "intent": {...}, "clarification": "", "replanned": false}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
-RESPONSE_PREFIX = '{"status":"'
+RESPONSE_PREFIX = '{"status": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 

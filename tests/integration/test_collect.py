@@ -98,5 +98,5 @@ def test_both_environments_build_four_task_disjoint_role_datasets(tmp_path):
     lint = heart("datasets", "lint", str(run / "datasets" / "planner"), "--limit", "8")
     assert lint.returncode == 0 and lint.stdout.count("loss mask ok") == 2, lint.stderr[-1000:]
     verifier = load_from_disk(str(run / "datasets" / "verifier"))["train"]
-    verdicts = {json.loads(m[-1]["content"])["verdict"] for m in verifier["messages"]}
+    verdicts = {json.loads(m[-1]["content"])["status"] for m in verifier["messages"]}
     assert verdicts == {"PASS", "FAIL"}  # the student sees failures and recoveries

@@ -341,17 +341,15 @@ def test_prefill_starts_each_answer_and_traces_a_plain_conversation(world):
             return full[len(prefix):]
         return respond
 
-    compact = lambda f: lambda p: json.dumps(f(p), separators=(",", ":"))  # noqa: E731
-    script = Script(planner=[json.dumps(plan(("ls", "list")), separators=(",", ":"))],
-                    router=[json.dumps(dispatch(("ls", {})), separators=(",", ":"))],
-                    primitive=[compact(echo_bindings)], verifier=[compact(PASS)])
+    script = Script(planner=[plan(("ls", "list"))], router=[dispatch(("ls", {}))],
+                    primitive=[echo_bindings], verifier=[PASS])
     trace = TraceWriter(trace_path, fsync=False)
     client = RoleClient(ScriptedBackend(continuing(script)), EpisodeContext("ep", "t", "test"), trace)
     result = HeartLoop(client, toolface, lambda q: "", LoopConfig(prefill=True)).solve("list files")
     trace.close()
     assert result.verdict == "PASS"
-    assert [m[-1]["content"] for m in sent] == ['{"status":"', '{"status":"READY","dispatch":[',
-                                                '{"tool":"', '{"status":"']
+    assert [m[-1]["content"] for m in sent] == ['{"status": "', '{"status": "READY", "dispatch": [',
+                                                '{"tool": "', '{"status": "']
     rows = list(read_trace(trace_path))
     assert all(r["messages"][-1]["role"] == "user" for r in rows)  # no prefill in the dataset's view
     assert all(r["raw_output"].startswith(r["extra"]["prefill"]) and r["parse_error"] is None for r in rows)
