@@ -53,9 +53,9 @@ class TeacherFactory:
 
             self._shared = OpenAIBackend(self.spec.url, self.spec.model)
         elif self.spec.kind == "hf":
-            from heart.runtime.hf import TransformersBackend
+            from heart.user_errors import transformers_backend
 
-            self._shared = TransformersBackend(self.spec.model)
+            self._shared = transformers_backend(self.spec.model)
 
     @property
     def name(self) -> str:
@@ -151,10 +151,12 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
 def collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
     environment = load_environment(args.env)
+    from heart.user_errors import UserError
+
     try:
         teacher = TeacherFactory(args.teacher, args.fault_rate, environment)
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
+    except (ValueError, UserError) as err:
+        raise SystemExit(f"error: --teacher: {err}") from None
     task_ids = environment.task_ids(args.split)
     if args.limit:
         task_ids = task_ids[: args.limit]
