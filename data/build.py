@@ -181,6 +181,11 @@ class _Collector:
 
     def add_episode(self, record: dict[str, Any]) -> None:
         episode_id = record["episode_id"]
+        if record.get("errored"):  # infrastructure failed: like a missing record (--resume re-runs it)
+            self.episodes["errored"] += 1
+            for event in self.pending.pop(episode_id, []):
+                self.removed[event["role"]]["errored_episode"] += 1
+            return
         if episode_id in self.closed:
             self.episodes["duplicate_records"] += 1
             return

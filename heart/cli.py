@@ -87,7 +87,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
                         max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
                         short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
                         constrained=not args.no_constrain)
-    scores = []
+    scores, errored = [], []
     try:
         for task_id in task_ids:
             try:
@@ -99,14 +99,23 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
             print(f"\n### {args.env} task {task_id} with {backend.name}", flush=True)
             result = run_episode(environment, task, backend, config=config, trace=trace, seed=args.seed,
                                  observe=Account(), sampling=sampling)
-            scores.append((task_id, result.record.score))
+            if result.record.errored:  # infrastructure: no score, counted apart
+                errored.append((task_id, result.record.error))
+            else:
+                scores.append((task_id, result.record.score))
     finally:
         if trace:
             trace.close()
-    print("\nscores: " + ", ".join(f"{t}={s:.2f}" for t, s in scores)
-          + f"  (mean {sum(s for _, s in scores) / max(len(scores), 1):.2f})")
+    print("\nscores: " + (", ".join(f"{t}={s:.2f}" for t, s in scores) or "none")
+          + f"  (mean {sum(s for _, s in scores) / max(len(scores), 1):.2f} over {len(scores)} scored)")
+    if errored:
+        print(f"errored: {len(errored)} episode(s), not scored (infrastructure, not the model): "
+              + "; ".join(f"{t}: {e}" for t, e in errored))
     if args.trace:
         print(f"trace: {args.trace}")
+    if errored and not scores:
+        print(f"heart {args.command}: error: every episode errored; nothing was scored", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -45,6 +45,9 @@ class TraceEvent:
     completion_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)
     """Role-specific facts that are not model output: e.g. the Primitive's execution envelope."""
+    errored: bool = False
+    """True when the backend raised instead of answering: no model output to learn from or
+    to blame (the episode ends errored)."""
     kind: str = "event"
     version: int = TRACE_FORMAT_VERSION
 
