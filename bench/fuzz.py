@@ -208,7 +208,7 @@ def rendered(draw, value_strategy: st.SearchStrategy) -> str:
     """A JSON value as a model might write it: whole, truncated, wrapped, repeated, or noise."""
     value = draw(value_strategy)
     text = json.dumps(value, ensure_ascii=draw(st.booleans()))
-    how = draw(st.sampled_from(["plain", "truncate", "prose", "fence", "twice", "noise", "unbalanced"]))
+    how = draw(st.sampled_from(["plain", "truncate", "prose", "fence", "twice", "noise", "unbalanced", "deep"]))
     if how == "truncate":
         return text[: draw(st.integers(0, max(len(text) - 1, 0)))]
     if how == "prose":
@@ -221,6 +221,11 @@ def rendered(draw, value_strategy: st.SearchStrategy) -> str:
         return draw(st.one_of(st.text(max_size=200), st.binary(max_size=100).map(lambda b: b.decode("latin-1"))))
     if how == "unbalanced":
         return "{" * draw(st.integers(1, 3000)) + text
+    if how == "deep":  # balanced nesting past the JSON decoder's recursion limit
+        depth = draw(st.integers(500, 20_000))
+        key = draw(st.sampled_from(["verdict", "plan", "dispatch", "arguments", "x"]))
+        return text[:-1] + f', "{key}": ' + "[" * depth + "1" + "]" * depth + "}" if text.endswith("}") \
+            else '{"a": ' * depth + text + "}" * depth
     return text
 
 

@@ -229,13 +229,20 @@ def contained_tool_calls() -> Iterator[ToolContainment]:
 
 
 def bounded_result(result: Any) -> Any:
-    """``result`` as plain JSON values, cut to ``MAX_RESULT_CHARS``: what a trace can hold."""
+    """``result`` as plain JSON values, cut to ``MAX_RESULT_CHARS``: what a trace can hold.
+
+    Raises ValueError for a result no JSON can hold (a cycle, nesting past the encoder).
+    """
     try:
         text = json.dumps(result, ensure_ascii=False)
         plain = result
-    except (TypeError, ValueError):  # sets, objects, NaN keys…: keep what repr says of them
-        text = json.dumps(result, ensure_ascii=False, default=repr)
-        plain = json.loads(text)
+    except (TypeError, ValueError, RecursionError):  # sets, objects, cycles, absurd nesting…
+        try:
+            text = json.dumps(result, ensure_ascii=False, default=repr)
+            plain = json.loads(text)
+        except (TypeError, ValueError, RecursionError) as err:
+            raise ValueError(f"the result ({type(result).__name__}) cannot be represented as JSON: "
+                             f"{type(err).__name__}: {err}") from None
     if len(text) <= MAX_RESULT_CHARS:
         return plain
     return f"{text[:MAX_RESULT_CHARS]}… [result cut: {len(text):,} characters of JSON]"
@@ -269,7 +276,10 @@ def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> E
         return failure(name, RUNTIME_ERROR, f"{type(err).__name__}: {err}", bound)
     finally:
         pool.shutdown(wait=False)
-    result = bounded_result(result)
+    try:
+        result = bounded_result(result)
+    except ValueError as err:
+        return failure(name, RUNTIME_ERROR, str(err), bound)
     return Envelope("SUCCESS", name, bound, result=result, summary=summarize(result))
 
 

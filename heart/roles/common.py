@@ -57,6 +57,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
             value, _ = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
             last_error = err
+        except RecursionError:  # nesting deeper than the decoder goes: not an answer
+            last_error = json.JSONDecodeError("nested too deeply", text, position)
         else:
             if isinstance(value, dict):
                 return value
@@ -95,10 +97,14 @@ def parse_model(text: str, model: type[T]) -> ParseResult[T]:
             value, _ = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
             error = f"no valid JSON object in the output ({err.msg} at char {err.pos})"
+        except RecursionError:  # nesting deeper than the decoder goes: not an answer
+            error = f"no valid JSON object in the output (nested too deeply at char {position})"
         else:
             if isinstance(value, dict):
                 try:
                     return ParseResult(model.model_validate(value))
+                except RecursionError:
+                    error = f"output does not match the {model.__name__} schema: nested too deeply"
                 except ValidationError as err:
                     problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
                                          for e in err.errors()[:5])

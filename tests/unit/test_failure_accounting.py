@@ -98,6 +98,24 @@ def test_values_json_cannot_encode_are_recorded(hostile, tmp_path):
         writer.write({"kind": "event", "version": 1, "envelope": envelope.to_dict()})
 
 
+def test_a_cyclic_or_absurdly_nested_result_is_a_runtime_error():
+    def cyclic(text: str):
+        value: list = []
+        value.append(value)
+        return value
+
+    def nested(text: str):
+        value: object = "leaf"
+        for _ in range(5_000):
+            value = [value]
+        return value
+
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    for fn in (cyclic, nested):
+        envelope = execute(Tool(ToolSpec(fn.__name__, "", schema), fn), {"text": "x"})
+        assert envelope.failure_type == RUNTIME_ERROR and "cannot be represented as JSON" in envelope.details
+
+
 def test_a_hanging_tool_times_out_and_taints_the_episode(hostile):
     tools = by_name(hostile)
     with contained_tool_calls() as containment:

@@ -57,3 +57,11 @@ def test_the_loop_survives_fuzzed_answers_from_every_role(tmp_path):
         assert outcome == "ok", f"{outcome}: {detail}"
 
     check()
+
+
+@pytest.mark.parametrize("name", sorted(ROLES))
+def test_nesting_past_the_decoders_limit_is_a_typed_failure(name):
+    """Found by the fuzz: a deeply nested answer raised RecursionError out of the parser."""
+    deep = 20_000
+    for text in ("[" * deep + "]" * deep, '{"x": ' + "[" * deep + "]" * deep + "}", '{"a": ' * deep + "1" + "}" * deep):
+        assert check_parse(ROLES[name], text)[0] == "typed_failure"
