@@ -41,6 +41,10 @@ def role_input(messages: list[dict[str, str]]) -> dict[str, Any]:
     return read_input(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
 
 
+MAX_JSON_CANDIDATES = 256
+"""How many ``{`` positions a parser tries as the start of the answer before giving up."""
+
+
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` (after dropping any <think> block and code fences).
 
@@ -52,7 +56,9 @@ def extract_json_object(text: str) -> dict[str, Any]:
     if position < 0:
         raise ValueError("no JSON object in the output")
     last_error = None
-    while position >= 0:
+    for _ in range(MAX_JSON_CANDIDATES):  # bounded: '{' * 20000 must not cost 20000 decodes
+        if position < 0:
+            break
         try:
             value, _ = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
@@ -91,7 +97,9 @@ def parse_model(text: str, model: type[T]) -> ParseResult[T]:
     if position < 0:
         return ParseResult(None, "no JSON object in the output")
     first_error: str | None = None
-    while position >= 0:
+    for _ in range(MAX_JSON_CANDIDATES):  # bounded: '{' * 20000 must not cost 20000 decodes
+        if position < 0:
+            break
         error = None
         try:
             value, _ = decoder.raw_decode(text, position)
