@@ -241,6 +241,7 @@ class Hang(Exception):
     pass
 
 
+
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise Hang in this (main) thread after ``seconds``."""
@@ -272,10 +273,21 @@ class Counts:
     hangs: int = 0
     kinds: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
+    slowest_s: float = 0.0
+    """The longest single case (parse, or loop turn) took this long."""
 
 
-def check_parse(role: RoleUnderTest, text: str, limit_s: float = 2.0) -> tuple[str, str]:
-    """("valid" | "typed_failure" | "exception" | "hang", detail) for one case."""
+def check_parse(role: RoleUnderTest, text: str, limit_s: float = 2.0) -> tuple[str, str, float]:
+    """("valid" | "typed_failure" | "exception" | "hang", detail, seconds) for one case."""
+    start = time.perf_counter()
+    outcome, detail = _parse_once(role, text, limit_s)
+    seconds = time.perf_counter() - start
+    if seconds > limit_s and outcome != "hang":  # the alarm can land where Python ignores it (a gc callback)
+        outcome, detail = "hang", f"{seconds:.1f}s"
+    return outcome, detail, seconds
+
+
+def _parse_once(role: RoleUnderTest, text: str, limit_s: float) -> tuple[str, str]:
     try:
         with time_limit(limit_s):
             result = role.parse(text)
@@ -297,7 +309,8 @@ def fuzz_role(role: RoleUnderTest, cases: int, seed: int = 0) -> Counts:
               suppress_health_check=list(HealthCheck), derandomize=False)
     @given(outputs_for(role))
     def run(text: str) -> None:
-        outcome, detail = check_parse(role, text)
+        outcome, detail, seconds = check_parse(role, text)
+        counts.slowest_s = max(counts.slowest_s, seconds)
         counts.cases += 1
         if outcome == "valid":
             counts.valid += 1
@@ -396,7 +409,9 @@ def fuzz_loop(cases: int, workdir: Path) -> Counts:
               suppress_health_check=list(HealthCheck))
     @given(loop_outputs())
     def run(answers) -> None:
+        start = time.perf_counter()
         outcome, detail = run_loop_case(answers, workdir / "cache", workdir / "trace.jsonl")
+        counts.slowest_s = max(counts.slowest_s, time.perf_counter() - start)
         counts.cases += 1
         if outcome == "ok":
             counts.valid += 1
@@ -418,12 +433,13 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     failed = False
-    print(f"{'role':<10} {'cases':>7} {'valid':>7} {'typed failure':>14} {'exceptions':>10} {'hangs':>6} {'s':>6}")
+    print(f"{'role':<10} {'cases':>7} {'valid':>7} {'typed failure':>14} {'exceptions':>10} {'hangs':>6} "
+          f"{'total s':>8} {'slowest s':>9}")
     for role in roles_under_test():
         start = time.perf_counter()
         c = fuzz_role(role, args.cases)
         print(f"{role.name:<10} {c.cases:>7} {c.valid:>7} {c.typed_failure:>14} {c.exceptions:>10} {c.hangs:>6} "
-              f"{time.perf_counter() - start:>6.1f}")
+              f"{time.perf_counter() - start:>8.1f} {c.slowest_s:>9.3f}")
         for kind, n in c.kinds.most_common(6):
             print(f"{'':<12}{n:>7}  {kind}")
         for example in c.examples[:5]:
@@ -434,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             c = fuzz_loop(args.loop_cases, Path(tmp))
         print(f"{'loop':<10} {c.cases:>7} {c.valid:>7} {'-':>14} {c.exceptions:>10} {c.hangs:>6} "
-              f"{time.perf_counter() - start:>6.1f}")
+              f"{time.perf_counter() - start:>8.1f} {c.slowest_s:>9.3f}")
         for example in c.examples[:5]:
             print(f"{'':<12}!! {example}")
         failed |= bool(c.exceptions or c.hangs)
