@@ -11,13 +11,21 @@ the named rules of :mod:`data.filters`, splits by task id (validation = the tool
 split; test-split tasks are never kept), and writes ``<out>/<role>/`` (a ``DatasetDict``
 with ``train`` and ``validation``, ``README.md``, ``token_lengths.png``) and
 ``<out>/build_report.json``.
+
+The output folder is replaced whole, never edited in place: the build writes a staging
+folder beside it (roles it does not rebuild are hard-linked in from the previous build)
+and swaps it in with one atomic rename, so a crash or SIGKILL mid-build leaves the previous
+build complete and a half-written dataset never sits where a reader looks.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
+import os
+import secrets
 import shutil
 import sys
 import time
@@ -179,6 +187,11 @@ class _Collector:
 
     def add_episode(self, record: dict[str, Any]) -> None:
         episode_id = record["episode_id"]
+        if record.get("errored"):  # infrastructure failed: like a missing record (--resume re-runs it)
+            self.episodes["errored"] += 1
+            for event in self.pending.pop(episode_id, []):
+                self.removed[event["role"]]["errored_episode"] += 1
+            return
         if episode_id in self.closed:
             self.episodes["duplicate_records"] += 1
             return
@@ -240,9 +253,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
     unknown format version or a corrupt line other than a torn last one, and
     ``FileExistsError`` for existing role folders unless ``options.overwrite``.
     """
-    from datasets import DatasetDict
-
-    from data.card import length_stats, load_token_counter, quality_stats, variant_messages, write_card
+    from data.card import load_token_counter
 
     options = options or BuildOptions()
     start = time.perf_counter()
@@ -328,8 +339,27 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
             f"({len(held_out)} task(s))."
         ),
     }
+    with _staged_output(out_dir, options.roles) as (staging, previous_report):
+        _build_roles(options, collector, split_for, counter, unit, context, staging, report)
+        # A --roles subset keeps the other roles' entries of the previous report.
+        kept = {role: r for role, r in previous_report.get("roles", {}).items()
+                if role not in options.roles and (staging / role).exists()}
+        merged = {**kept, **report.roles}
+        report.roles = {role: merged[role] for role in ROLES if role in merged}
+        report.timings_s = {k: round(v, 3) for k, v in {**timings, **report.timings_s}.items()}
+        report.elapsed_s = round(time.perf_counter() - start, 3)
+        (staging / "build_report.json").write_text(report.to_json(), encoding="utf-8")
+    return report
+
+
+def _build_roles(options: BuildOptions, collector: "_Collector", split_for, counter, unit: str,
+                 context: dict[str, Any], out_dir: Path, report: BuildReport) -> None:
+    """Dedupe, split, balance and save each role (with its card) into ``out_dir``."""
+    from datasets import DatasetDict
+
+    from data.card import length_stats, quality_stats, variant_messages, write_card
+
     select_s = save_s = card_s = 0.0
-    out_dir.mkdir(parents=True, exist_ok=True)
     for role in options.roles:
         t_select = time.perf_counter()
         removed = collector.removed[role]
@@ -385,8 +415,6 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
 
         t_save = time.perf_counter()
         role_dir = out_dir / role
-        if role_dir.exists():
-            shutil.rmtree(role_dir)
         features = features_for(role)
         # datasets 5.2 writes an empty split that load_from_disk cannot read back: leave
         # empty splits out (the card still reports their zero count).
@@ -401,13 +429,96 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
         card_s += time.perf_counter() - t_card
         report.roles[role] = role_report
 
-    timings["dedupe_split_balance"] = select_s
-    timings["save"] = save_s
-    timings["card"] = card_s
-    report.timings_s = {k: round(v, 3) for k, v in timings.items()}
-    report.elapsed_s = round(time.perf_counter() - start, 3)
-    (out_dir / "build_report.json").write_text(report.to_json(), encoding="utf-8")
-    return report
+    report.timings_s = {"dedupe_split_balance": select_s, "save": save_s, "card": card_s}
+
+
+STAGING_TAG = ".staging-"
+OLD_TAG = ".old-"
+
+
+@contextmanager
+def _staged_output(out_dir: Path, rebuilt: tuple[str, ...]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Yield (staging folder, previous build report); on success the staging folder
+    replaces ``out_dir`` in one atomic swap, on any failure it is removed.
+
+    The whole build holds a file lock beside ``out_dir``, so two builds into one folder
+    never interleave and leftovers of a killed build can be cleaned up safely.
+    """
+    from filelock import FileLock
+
+    out_dir = out_dir.absolute()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out_dir.with_name(f".{out_dir.name}.lock"))):
+        _recover_killed_build(out_dir)
+        staging = out_dir.with_name(f".{out_dir.name}{STAGING_TAG}{os.getpid()}-{secrets.token_hex(4)}")
+        staging.mkdir()
+        previous: dict[str, Any] = {}
+        try:
+            if out_dir.exists():
+                for entry in out_dir.iterdir():  # carry over what this build does not replace
+                    if entry.name in rebuilt or entry.name == "build_report.json":
+                        continue
+                    if entry.is_dir():
+                        shutil.copytree(entry, staging / entry.name, copy_function=_link_or_copy)
+                    else:
+                        _link_or_copy(entry, staging / entry.name)
+                report_path = out_dir / "build_report.json"
+                if report_path.exists():
+                    try:
+                        previous = json.loads(report_path.read_text(encoding="utf-8"))
+                    except json.JSONDecodeError:
+                        previous = {}
+            yield staging, previous
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _swap_in(staging, out_dir)
+
+
+def _link_or_copy(src: str | Path, dst: str | Path) -> None:
+    # Hard links cost nothing and are safe: a build never writes into a finished folder.
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _swap_in(staging: Path, out_dir: Path) -> None:
+    """Make ``staging`` the new ``out_dir``: one atomic step where Linux allows it."""
+    if not out_dir.exists():
+        os.rename(staging, out_dir)
+        return
+    if _exchange(staging, out_dir):  # staging now holds the previous build
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    # Fallback (no renameat2): two renames. A kill between them leaves the previous build
+    # under an .old- name, which the next build restores (see _recover_killed_build).
+    old = out_dir.with_name(f".{out_dir.name}{OLD_TAG}{os.getpid()}-{secrets.token_hex(4)}")
+    os.rename(out_dir, old)
+    os.rename(staging, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _recover_killed_build(out_dir: Path) -> None:
+    """Remove staging folders of killed builds; restore a previous build a kill left under
+    its .old- name (only possible in the two-rename fallback)."""
+    for entry in out_dir.parent.glob(f".{out_dir.name}{OLD_TAG}*"):
+        if not out_dir.exists():
+            os.rename(entry, out_dir)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+    for entry in out_dir.parent.glob(f".{out_dir.name}{STAGING_TAG}*"):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextmanager

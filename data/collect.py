@@ -3,10 +3,14 @@
     heart collect --env bfcl --split train --teacher gold --out runs/bfcl-gold
 
 Episodes run concurrently (bounded), each with its own environment session and teacher.
-Every process writes its own trace shard, so a killed run never leaves a half-written
-episode inside a shard that a later run appends to; ``--resume`` skips episodes whose
-record is already written (episode ids are deterministic from task id + seed + teacher)
-and the dataset builder ignores an episode whose record is missing from its shard.
+Every process writes its own trace shard, named uniquely (time, pid, random) and created
+exclusively, so a killed run never leaves a half-written episode inside a shard that a
+later run appends to; ``--resume`` skips episodes whose record is already written (episode
+ids are deterministic from task id + seed + teacher) and the dataset builder ignores an
+episode whose record is missing from its shard. An *errored* episode (infrastructure
+failure: a backend exception, a checker crash, a tool call abandoned on timeout) is
+recorded and counted apart; ``--resume`` runs it again. ``manifest.json`` is updated under
+a file lock and replaced atomically, so concurrent collections into one folder lose nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import os
 import platform
+import secrets
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -25,7 +32,7 @@ from heart.episode import episode_id, run_episode
 from heart.loop import LoopConfig
 from heart.runtime.openai_compat import parse_teacher_spec
 from heart.toolface import Embedder
-from heart.traces import TraceReadStats, TraceWriter, read_trace
+from heart.traces import TraceFormatError, TraceReadStats, TraceWriter, read_trace
 
 MANIFEST = "manifest.json"
 
@@ -46,9 +53,9 @@ class TeacherFactory:
 
             self._shared = OpenAIBackend(self.spec.url, self.spec.model)
         elif self.spec.kind == "hf":
-            from heart.runtime.hf import TransformersBackend
+            from heart.user_errors import transformers_backend
 
-            self._shared = TransformersBackend(self.spec.model)
+            self._shared = transformers_backend(self.spec.model)
 
     @property
     def name(self) -> str:
@@ -78,12 +85,27 @@ def _versions() -> dict[str, str]:
 
 
 def finished_episodes(out: Path) -> set[str]:
-    """Episode ids whose episode record is already written in some shard."""
+    """Episode ids whose episode record is already written in some shard (errored ones are
+    not finished: a resumed collection runs them again).
+
+    Raises SystemExit naming the file and line when a shard is corrupt.
+    """
     done: set[str] = set()
     for shard in sorted((out / "traces").glob("*.jsonl")):
         stats = TraceReadStats()
-        done |= {row["episode_id"] for row in read_trace(shard, stats) if row["kind"] == "episode"}
+        try:
+            done |= {row["episode_id"] for row in read_trace(shard, stats)
+                     if row.get("kind") == "episode" and not row.get("errored")}
+        except (TraceFormatError, KeyError) as err:
+            raise SystemExit(f"error: cannot resume from {out}: {err}; move the corrupt shard aside "
+                             "(its episodes will run again) or collect into another --out") from None
     return done
+
+
+def new_shard_path(traces: Path) -> Path:
+    """A shard name no other run has used: UTC time (names sort by start), pid, randomness."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return traces / f"shard-{stamp}-{os.getpid()}-{secrets.token_hex(4)}.jsonl"
 
 
 def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory, task_ids: list[str]) -> None:
@@ -91,7 +113,11 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
 
     A run folder may hold several collections (e.g. BFCL and AgentDojo train splits, built
     into one set of role datasets). Resuming one must use the settings it started with.
+    The read-modify-write holds a file lock (other processes and threads) and the new file
+    replaces the old by an atomic rename (a reader never sees half a manifest).
     """
+    from filelock import FileLock
+
     entry = {
         "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
         "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget,
@@ -99,30 +125,38 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
     path = out / MANIFEST
-    manifest = json.loads(path.read_text()) if path.exists() else {"collections": []}
-    for old in manifest["collections"]:
-        if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
-            changed = sorted(k for k in ("seeds", "replan_budget", "limit") if old[k] != entry[k])
-            if changed:
-                raise SystemExit(f"error: {out} holds this collection with different {changed}: "
-                                 f"{ {k: old[k] for k in changed} }; use the same settings or another --out")
-            if not args.resume:
-                raise SystemExit(f"error: {out} already holds {args.env}/{args.split} with {teacher.name}; "
-                                 f"pass --resume to continue it or choose another --out")
-            old["runs"] = old.get("runs", 1) + 1
-            break
-    else:
-        manifest["collections"].append(entry)
-    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    with FileLock(str(path) + ".lock"):
+        try:
+            manifest = json.loads(path.read_text()) if path.exists() else {"collections": []}
+        except json.JSONDecodeError as err:
+            raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or choose another --out") from None
+        for old in manifest["collections"]:
+            if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
+                changed = sorted(k for k in ("seeds", "replan_budget", "limit") if old[k] != entry[k])
+                if changed:
+                    raise SystemExit(f"error: {out} holds this collection with different {changed}: "
+                                     f"{ {k: old[k] for k in changed} }; use the same settings or another --out")
+                if not args.resume:
+                    raise SystemExit(f"error: {out} already holds {args.env}/{args.split} with {teacher.name}; "
+                                     f"pass --resume to continue it or choose another --out")
+                old["runs"] = old.get("runs", 1) + 1
+                break
+        else:
+            manifest["collections"].append(entry)
+        tmp = path.with_name(f"{MANIFEST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+        os.replace(tmp, path)
 
 
 def collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
     environment = load_environment(args.env)
+    from heart.user_errors import UserError
+
     try:
         teacher = TeacherFactory(args.teacher, args.fault_rate, environment)
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
+    except (ValueError, UserError) as err:
+        raise SystemExit(f"error: --teacher: {err}") from None
     task_ids = environment.task_ids(args.split)
     if args.limit:
         task_ids = task_ids[: args.limit]
@@ -130,13 +164,17 @@ def collect(args: argparse.Namespace) -> int:
     _write_manifest(out, args, teacher, task_ids)
 
     done = finished_episodes(out)
-    jobs = [(tid, seed) for seed in args.seeds for tid in task_ids
-            if episode_id(args.env, tid, seed, teacher.name) not in done]
+    wanted = [(tid, seed) for seed in args.seeds for tid in task_ids]
+    jobs = [(tid, seed) for tid, seed in wanted if episode_id(args.env, tid, seed, teacher.name) not in done]
+    if not jobs:  # a finished collection: nothing to embed, no empty shard
+        print(f"collect: {args.env}/{args.split} with {teacher.name}: all {len(wanted)} episodes "
+              f"already done in {out}; nothing to run", file=sys.stderr)
+        return 0
     (out / "traces").mkdir(exist_ok=True)
-    shard = out / "traces" / f"shard-{len(list((out / 'traces').glob('*.jsonl'))):04d}.jsonl"  # one per run
+    shard = new_shard_path(out / "traces")  # one per run, created exclusively
     config = LoopConfig(replan_budget=args.budget, verify=args.verify)
-    print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(task_ids) * len(args.seeds)} episodes, "
-          f"{len(done)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
+    print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(wanted)} episodes, "
+          f"{len(wanted) - len(jobs)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
 
     from tqdm import tqdm
 
@@ -144,14 +182,14 @@ def collect(args: argparse.Namespace) -> int:
     # model call per turn, and ToolFace then finds each query in the embedding cache.
     Embedder().embed(sorted({q for tid, _ in jobs for q in environment.load_task(tid).turns}))
 
-    stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errors": 0}
+    stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errored": 0}
 
     def one(job):
         task_id, seed = job
         task = environment.load_task(task_id)
         return run_episode(environment, task, teacher(task, seed), config=config, trace=writer, seed=seed)
 
-    with TraceWriter(shard) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
+    with TraceWriter(shard, exclusive=True) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
         workers = args.concurrency if teacher.concurrent else 1
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(one, job) for job in jobs]
@@ -159,22 +197,28 @@ def collect(args: argparse.Namespace) -> int:
                 try:
                     record = future.result().record
                 except Exception as err:  # one broken episode never stops the collection (--resume retries it)
-                    stats["errors"] += 1
+                    stats["errored"] += 1
                     print(f"collect: episode failed: {type(err).__name__}: {err}", file=sys.stderr)
                 else:
-                    stats["n"] += 1
-                    stats["ok"] += record.success
-                    stats["replans"] += sum(record.replans_used)
-                    stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
-                                              if v == "PASS" and r > 0)
+                    if record.errored:  # infrastructure, not the teacher: counted apart, retried on --resume
+                        stats["errored"] += 1
+                        print(f"collect: episode {record.task_id} errored: {record.error}", file=sys.stderr)
+                    else:
+                        stats["n"] += 1
+                        stats["ok"] += record.success
+                        stats["replans"] += sum(record.replans_used)
+                        stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
+                                                  if v == "PASS" and r > 0)
                 bar.update(1)  # tqdm shows episodes/s itself
-                bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}")
+                bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}", errored=stats["errored"])
     summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shard": str(shard)}
-    (out / "last_collect.json").write_text(json.dumps(summary, indent=2) + "\n")
+    tmp = out / f"last_collect.json.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, out / "last_collect.json")
     print(f"collect: {stats['ok']}/{stats['n']} episodes valid by the {args.env} checker; "
           f"{stats['replans']} re-plans, {stats['recovered']} turns recovered after a re-plan; "
-          f"{stats['errors']} episodes errored", file=sys.stderr)
-    return 0 if stats["errors"] == 0 else 1
+          f"{stats['errored']} episodes errored (infrastructure; --resume runs them again)", file=sys.stderr)
+    return 0 if stats["errored"] == 0 else 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

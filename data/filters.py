@@ -247,6 +247,8 @@ EVENT_FILTERS: tuple[EventFilter, ...] = (
 RULES: dict[str, str] = {
     "no_episode_record": "calls of episodes that never wrote an episode record (killed mid-"
     "episode): without the checker's word nothing in them is verified",
+    "errored_episode": "calls of episodes that ended errored (a backend exception, a checker "
+    "crash, a tool call abandoned on timeout): infrastructure failed, nothing is verified",
     "event_after_episode_record": "calls written after their episode's record (not produced "
     "by a normal run; kept out so an episode is judged once)",
     "unknown_role": "events of a role this build does not know",

@@ -56,6 +56,9 @@ class Account:
         elif kind == "turn_end":
             r = p["result"]
             w(f"  turn {p['turn']}: {r.verdict} after {len(r.attempts)} attempt(s)")
+        elif kind == "score" and p["record"].errored:
+            r = p["record"]
+            w(f"\n═ episode {r.task_id}: ERRORED (infrastructure, not a model failure): {r.error}")
         elif kind == "score":
             r = p["record"]
             w(f"\n═ episode {r.task_id}: score {r.score:.2f} ({'valid' if r.success else 'invalid'} by the "

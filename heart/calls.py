@@ -17,6 +17,11 @@ from heart.runtime.base import Backend, Generation, SamplingConfig
 from heart.traces import TraceEvent, TraceWriter
 
 
+class BackendError(RuntimeError):
+    """The backend raised instead of answering (server down, out of memory, a bug): an
+    infrastructure failure that ends the episode as *errored*, never the model's failure."""
+
+
 @dataclass
 class EpisodeContext:
     """Identifies the episode a role call belongs to (copied into each trace event)."""
@@ -66,9 +71,11 @@ class RoleClient:
         sampling = self.sampling.get(role) or SamplingConfig()
         if schema is not None:
             sampling = dataclasses.replace(sampling, guided_json=json.dumps(schema))
+        backend_error: Exception | None = None
         try:
             generation = self.backend.generate(role, sent, sampling)
-        except Exception as err:  # infrastructure failure: recorded like a bad output
+        except Exception as err:  # infrastructure failure: traced as errored, then ends the episode
+            backend_error = err
             generation = Generation(text="", backend=getattr(self.backend, "name", "?"),
                                     latency_s=time.perf_counter() - start)
             result: ParseResult = ParseResult(None, f"backend error: {type(err).__name__}: {err}")
@@ -95,10 +102,14 @@ class RoleClient:
             completion_tokens=generation.completion_tokens,
             extra={**generation.meta, **({"prefill": prefill} if prefill else {}),
                    **({"constrained": True} if schema is not None else {})},
+            errored=backend_error is not None,
         )
         call = RoleCall(role, messages, generation, result, event)
-        if record:
+        if record or backend_error is not None:
             self.record(call)
+        if backend_error is not None:
+            raise BackendError(f"{role} call failed in the backend: {result.error[len('backend error: '):]}") \
+                from backend_error
         return call
 
     def record(self, call: RoleCall, **extra: Any) -> None:

@@ -36,13 +36,38 @@ def _backend(args: argparse.Namespace, task=None, environment=None):
 
         return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate)
     if args.model.startswith("openai:"):
-        from heart.runtime.openai_compat import OpenAIBackend, parse_teacher_spec
+        from heart.runtime.openai_compat import OpenAIBackend
 
-        spec = parse_teacher_spec(args.model)
+        spec = _model_spec(args.model)
         return OpenAIBackend(spec.url, spec.model)
-    from heart.runtime.hf import TransformersBackend
+    from heart.user_errors import transformers_backend
 
-    return TransformersBackend(args.model, adapters=_adapters(args.adapter))
+    # `hf:X` means what it means for `collect --teacher`: the transformers model X.
+    model = _model_spec(args.model).model if args.model.startswith("hf:") else args.model
+    return transformers_backend(model, _adapters(args.adapter))
+
+
+def _model_spec(model: str):
+    from heart.runtime.openai_compat import parse_teacher_spec
+    from heart.user_errors import UserError
+
+    try:
+        return parse_teacher_spec(model)
+    except ValueError as err:
+        raise UserError(f"--model: {err}") from None
+
+
+def _check_loop_arguments(args: argparse.Namespace) -> None:
+    """Refuse flag combinations that would be silently ignored."""
+    from heart.user_errors import UserError
+
+    if args.adapter and (args.model == "gold" or args.model.startswith("openai:")):
+        kind = "the gold teacher" if args.model == "gold" else "an OpenAI-compatible server (it serves its own adapters)"
+        raise UserError(f"--adapter applies to in-process models only, not to {kind}: "
+                        f"drop --adapter or use --model <name|folder|hf:ID>")
+    _adapters(args.adapter)  # ROLE=PATH syntax, before any model loads
+    if args.fault_rate and args.model != "gold":
+        raise UserError(f"--fault-rate applies to --model gold only, not to {args.model!r}")
 
 
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
@@ -53,6 +78,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     from heart.runtime.base import SamplingConfig
     from heart.traces import TraceWriter
 
+    _check_loop_arguments(args)
     environment = load_environment(args.env)
     shared = None if args.model == "gold" else _backend(args)
     trace = TraceWriter(args.trace) if args.trace else None
@@ -61,7 +87,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
                         max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
                         short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
                         constrained=not args.no_constrain, verify=args.verify)
-    scores = []
+    scores, errored = [], []
     try:
         for task_id in task_ids:
             try:
@@ -73,14 +99,23 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
             print(f"\n### {args.env} task {task_id} with {backend.name}", flush=True)
             result = run_episode(environment, task, backend, config=config, trace=trace, seed=args.seed,
                                  observe=Account(), sampling=sampling)
-            scores.append((task_id, result.record.score))
+            if result.record.errored:  # infrastructure: no score, counted apart
+                errored.append((task_id, result.record.error))
+            else:
+                scores.append((task_id, result.record.score))
     finally:
         if trace:
             trace.close()
-    print("\nscores: " + ", ".join(f"{t}={s:.2f}" for t, s in scores)
-          + f"  (mean {sum(s for _, s in scores) / max(len(scores), 1):.2f})")
+    print("\nscores: " + (", ".join(f"{t}={s:.2f}" for t, s in scores) or "none")
+          + f"  (mean {sum(s for _, s in scores) / max(len(scores), 1):.2f} over {len(scores)} scored)")
+    if errored:
+        print(f"errored: {len(errored)} episode(s), not scored (infrastructure, not the model): "
+              + "; ".join(f"{t}: {e}" for t, e in errored))
     if args.trace:
         print(f"trace: {args.trace}")
+    if errored and not scores:
+        print(f"heart {args.command}: error: every episode errored; nothing was scored", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -141,7 +176,15 @@ def cmd_datasets_lint(argv: list[str]) -> int:
     from heart.models import resolve_model
     from train.templates import template_for
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    from heart.user_errors import UserError
+
+    if not (Path(args.dataset) / "dataset_dict.json").is_file():
+        what = "does not exist" if not Path(args.dataset).exists() else "is not a saved DatasetDict (no dataset_dict.json)"
+        raise UserError(f"dataset {args.dataset} {what}: give a role dataset folder, e.g. runs/NAME/datasets/planner")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    except OSError as err:  # FileNotFoundError included: a missing folder, an unknown id offline
+        raise UserError(f"--model {args.model!r}: cannot load its tokenizer: {str(err).splitlines()[0]}") from None
     template = template_for(tokenizer)
     status = 0
     for split, rows in load_from_disk(args.dataset).items():
@@ -233,8 +276,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from heart.user_errors import UserError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UserError as err:  # bad input: one line naming the problem, no traceback
+        print(f"heart {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

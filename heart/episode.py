@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from heart.calls import EpisodeContext, RoleClient
+from heart.calls import BackendError, EpisodeContext, RoleClient
 from heart.environments.base import Environment, Task
 from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, _quiet
-from heart.primitives import summarize
+from heart.primitives import contained_tool_calls, summarize
 from heart.runtime.base import Backend, SamplingConfig
 from heart.toolface import ToolFace
 from heart.traces import EpisodeRecord, TraceWriter
@@ -48,7 +48,12 @@ def run_episode(
     sampling: dict[str, SamplingConfig] | None = None,
     cache_dir: Path | None = None,
 ) -> EpisodeResult:
-    """Run ``task`` turn by turn, score it with the benchmark's checker, trace everything."""
+    """Run ``task`` turn by turn, score it with the benchmark's checker, trace everything.
+
+    Infrastructure failures — the backend raising, the checker raising, a tool call
+    abandoned on timeout — end in a record with ``errored=True`` (score 0, counted apart),
+    never in an exception or a clean-looking model failure.
+    """
     start = time.perf_counter()
     session = environment.start(task)
     toolface = ToolFace(session.tools, cache_dir=cache_dir)
@@ -58,29 +63,45 @@ def run_episode(
 
     conversation: list[dict[str, str]] = []
     turns: list[TurnResult] = []
-    for turn, query in enumerate(task.turns):
-        context.turn = turn
-        session.start_turn(turn)
-        observe("turn", {"turn": turn, "query": query})
-        result = loop.solve(query, conversation)
-        session.finish_turn(turn, result.response)
-        observe("turn_end", {"turn": turn, "result": result})
-        turns.append(result)
-        conversation.append({"user": query, "response": summarize(result.response, CONVERSATION_RESPONSE_CHARS)})
+    error: str | None = None
+    with contained_tool_calls() as containment:
+        try:
+            for turn, query in enumerate(task.turns):
+                context.turn = turn
+                session.start_turn(turn)
+                observe("turn", {"turn": turn, "query": query})
+                result = loop.solve(query, conversation)
+                session.finish_turn(turn, result.response)
+                observe("turn_end", {"turn": turn, "result": result})
+                turns.append(result)
+                conversation.append({"user": query, "response": summarize(result.response, CONVERSATION_RESPONSE_CHARS)})
+        except BackendError as err:
+            error = f"backend: {err}"
+        except Exception as err:  # the loop or the environment broke: not the model's doing
+            error = f"episode: {type(err).__name__}: {err}"
+        if error is None and containment.abandoned:
+            error = f"tool: {containment.abandoned}"
 
-    score = session.score()
+    score = None
+    if error is None:
+        try:
+            score = session.score()
+        except Exception as err:
+            error = f"checker: {type(err).__name__}: {err}"
     record = EpisodeRecord(
         episode_id=context.episode_id,
         task_id=task.task_id,
         env=task.env,
-        score=score.score,
-        success=score.success,
+        score=score.score if score is not None else 0.0,
+        success=score.success if score is not None else False,
         verdicts=[t.verdict for t in turns],
         replans_used=[t.replans_used for t in turns],
-        checker=score.details,
+        checker=score.details if score is not None else {},
         backend=backend.name,
         seed=seed,
         wall_s=round(time.perf_counter() - start, 3),
+        errored=error is not None,
+        error=error,
     )
     if trace is not None:
         trace.write(record)

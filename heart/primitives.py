@@ -14,17 +14,26 @@ envelope with a typed ``failure_type``:
 A SUCCESS carries the result and a one-sentence summary; every envelope carries ``meta``
 (latency, attempts), and :func:`execute_with_retry` keeps each failed attempt's envelope in
 ``meta["failed_attempts"]`` so a retry never hides a failure (HEART D.3).
+
+Hostile tools are contained here: a tool that raises (anything, ``SystemExit`` included)
+is a RUNTIME_ERROR; a result JSON cannot encode is recorded as its ``repr``; a result
+over ``MAX_RESULT_CHARS`` of JSON is cut to that size (and says so); a call past its
+timeout cannot be killed (tools mutate the session's in-memory state, which a process
+could not share), so it is abandoned and the episode's :class:`ToolContainment` is marked:
+later tool calls of the episode are refused and the episode scores as *errored*.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import contextvars
 import inspect
 import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import jsonschema
 
@@ -38,6 +47,8 @@ SUMMARY_CHARS = 240
 """Longest one-sentence summary of a result."""
 RESULT_CHARS = 1500
 """Longest rendering of a result inside a role's input (the trace keeps it whole)."""
+MAX_RESULT_CHARS = 64_000
+"""A result longer than this (as JSON) is cut: it would flood the trace and every prompt."""
 
 
 @dataclass
@@ -239,6 +250,49 @@ def summarize(result: Any, limit: int = SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+@dataclass
+class ToolContainment:
+    """One episode's record of a tool call abandoned on timeout (it may still be running
+    and changing the environment's state): once set, the episode is no longer trustworthy."""
+
+    abandoned: str | None = None
+
+
+_containment: contextvars.ContextVar[ToolContainment | None] = contextvars.ContextVar(
+    "heart_tool_containment", default=None)
+
+
+@contextlib.contextmanager
+def contained_tool_calls() -> Iterator[ToolContainment]:
+    """Scope of one episode's tool calls (``run_episode`` opens it, in the episode's thread)."""
+    containment = ToolContainment()
+    token = _containment.set(containment)
+    try:
+        yield containment
+    finally:
+        _containment.reset(token)
+
+
+def bounded_result(result: Any) -> Any:
+    """``result`` as plain JSON values, cut to ``MAX_RESULT_CHARS``: what a trace can hold.
+
+    Raises ValueError for a result no JSON can hold (a cycle, nesting past the encoder).
+    """
+    try:
+        text = json.dumps(result, ensure_ascii=False)
+        plain = result
+    except (TypeError, ValueError, RecursionError):  # sets, objects, cycles, absurd nesting…
+        try:
+            text = json.dumps(result, ensure_ascii=False, default=repr)
+            plain = json.loads(text)
+        except (TypeError, ValueError, RecursionError) as err:
+            raise ValueError(f"the result ({type(result).__name__}) cannot be represented as JSON: "
+                             f"{type(err).__name__}: {err}") from None
+    if len(text) <= MAX_RESULT_CHARS:
+        return plain
+    return f"{text[:MAX_RESULT_CHARS]}… [result cut: {len(text):,} characters of JSON]"
+
+
 def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> Envelope:
     """Bind ``arguments`` and run ``tool`` under a timeout; never raises."""
     name = tool.name
@@ -246,18 +300,31 @@ def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> E
         bound = bind_arguments(arguments, tool.spec.parameters, tool.fn)
     except BindingError as err:
         return failure(name, err.failure_type, err.details, arguments)
+    containment = _containment.get()
+    if containment is not None and containment.abandoned:
+        return failure(name, RUNTIME_ERROR, f"not run: {containment.abandoned}", bound)
     # A thread, not a process: tools act on in-memory environment state. A timed-out call
-    # cannot be killed; it is abandoned and reported, which is what the loop needs.
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    # cannot be killed; it is abandoned, and the episode is marked (see ToolContainment).
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tool-{name}")
     future = pool.submit(tool.fn, **bound)
     try:
         result = future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
-        return failure(name, RUNTIME_ERROR, f"timed out after {timeout_s:g}s", bound)
-    except Exception as err:  # the tool's own failure, reported as data
+        details = f"timed out after {timeout_s:g}s"
+        if containment is not None:
+            containment.abandoned = (f"{name} timed out after {timeout_s:g}s and may still be running; "
+                                     "the environment's state can no longer be trusted")
+        return failure(name, RUNTIME_ERROR, details, bound)
+    except BaseException as err:  # the tool's own failure (SystemExit included), reported as data
+        if not future.done() or future.exception() is not err:
+            raise  # a real interrupt of this thread while waiting (Ctrl-C), not the tool's
         return failure(name, RUNTIME_ERROR, f"{type(err).__name__}: {err}", bound)
     finally:
         pool.shutdown(wait=False)
+    try:
+        result = bounded_result(result)
+    except ValueError as err:
+        return failure(name, RUNTIME_ERROR, str(err), bound)
     return Envelope("SUCCESS", name, bound, result=result, summary=summarize_result(name, result))
 
 

@@ -2,13 +2,17 @@
 
 The file is append-only and flushed per event, so a killed run loses at most the line it
 was writing. Readers tolerate (and count) a torn last line, and refuse files written in a
-format version they do not know.
+format version they do not know. A writer that appends to an existing file first cuts off
+such a torn last line, so that the next line does not turn it into mid-file corruption; one
+writer may be shared by threads (each line is written whole, under a lock).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,6 +45,9 @@ class TraceEvent:
     completion_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)
     """Role-specific facts that are not model output: e.g. the Primitive's execution envelope."""
+    errored: bool = False
+    """True when the backend raised instead of answering: no model output to learn from or
+    to blame (the episode ends errored)."""
     kind: str = "event"
     version: int = TRACE_FORMAT_VERSION
 
@@ -79,29 +86,79 @@ class TraceFormatError(ValueError):
 
 
 class TraceWriter:
-    """Appends events and records to a JSONL file, flushing (and fsyncing) each line."""
+    """Appends events and records to a JSONL file, flushing (and fsyncing) each line.
 
-    def __init__(self, path: str | os.PathLike, fsync: bool = True):
+    ``exclusive=True`` creates the file and refuses one that exists (a collection shard
+    belongs to one run). Otherwise an existing file is appended to, after cutting off a
+    torn last line left by a killed writer (``dropped_torn_bytes`` says how much).
+    """
+
+    def __init__(self, path: str | os.PathLike, fsync: bool = True, exclusive: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self.dropped_torn_bytes = 0 if exclusive else _cut_torn_tail(self.path)
+        self._file = open(self.path, "x" if exclusive else "a", encoding="utf-8")
         self._fsync = fsync
+        self._lock = threading.Lock()
 
     def write(self, item: TraceEvent | EpisodeRecord | dict[str, Any]) -> None:
         row = item if isinstance(item, dict) else asdict(item)
-        self._file.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._file.flush()
-        if self._fsync:
-            os.fsync(self._file.fileno())
+        # A value JSON cannot encode (a tool's set, a custom object) is recorded as its
+        # repr: losing its type beats losing the episode.
+        line = json.dumps(row, ensure_ascii=False, default=repr) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            if self._fsync:
+                os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._file.close()
 
     def __enter__(self) -> "TraceWriter":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_torn_tail(path: Path) -> int:
+    """Make ``path`` end with a newline before appending; return the bytes cut off.
+
+    A last line without a newline is a write cut short by a kill, unless it parses as a
+    whole JSON object (a hand-edited file): that one is kept and completed.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        start = size
+        while start > 0:  # find the last newline, reading backwards in blocks
+            block = min(65536, start)
+            f.seek(start - block)
+            chunk = f.read(block)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                start = start - block + cut + 1
+                break
+            start -= block
+        f.seek(start)
+        tail = f.read()
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except ValueError:
+            whole = False
+        if whole:
+            f.write(b"\n")
+            return 0
+        f.truncate(start)
+    print(f"trace: {path}: cut off a torn last line ({size - start} bytes) left by an "
+          "interrupted writer", file=sys.stderr)
+    return size - start
 
 
 @dataclass
@@ -121,19 +178,26 @@ def read_trace(path: str | os.PathLike, stats: TraceReadStats | None = None) -> 
     version raise :class:`TraceFormatError`.
     """
     stats = stats if stats is not None else TraceReadStats()
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:  # bytes: a kill may tear a multi-byte character too
         lines = f.readlines()
     for index, line in enumerate(lines):
         if not line.strip():
             continue
         stats.lines += 1
+        torn_candidate = index == len(lines) - 1 and not line.endswith(b"\n")
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if index == len(lines) - 1:
+        except ValueError as err:  # JSONDecodeError, or UnicodeDecodeError of a torn character
+            if torn_candidate or index == len(lines) - 1:
                 stats.torn_lines += 1
                 continue
             raise TraceFormatError(f"{path}:{index + 1}: malformed trace line ({err})") from err
+        if not isinstance(row, dict):
+            if torn_candidate:  # e.g. a line cut down to its first number
+                stats.torn_lines += 1
+                continue
+            raise TraceFormatError(f"{path}:{index + 1}: a trace line must be a JSON object, "
+                                   f"got {type(row).__name__} (not a JSON object)")
         version = row.get("version")
         if version != TRACE_FORMAT_VERSION:
             raise TraceFormatError(

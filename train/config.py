@@ -169,7 +169,29 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
     node = data.setdefault(parts[0], {})
     if not isinstance(node, dict):
         raise RecipeError(f"override {override!r}: '{parts[0]}' is not a section")
-    node[parts[1]] = yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        node[parts[1]] = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise RecipeError(f"override {override!r}: the value is not valid YAML ({_yaml_problem(err)})") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line: what the YAML parser objects to, and where."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(err, 'problem', None) or err}{where}"
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    """The parsed YAML file, or a RecipeError naming the file and the problem."""
+    if not path.is_file():
+        raise RecipeError(f"{what} {path} does not exist")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: malformed YAML: {_yaml_problem(err)}") from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(f"{path}: not a UTF-8 text file ({err.reason})") from None
 
 
 def _validate(data: dict[str, Any], source: str) -> Recipe:
@@ -249,9 +271,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, check_path
     dataset folder, or an adapter (to continue, or a checkpoint in output.dir) of another base.
     """
     path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"recipe {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = _read_yaml(path, "recipe") or {}
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe is a mapping of sections, got {type(data).__name__}")
     for override in overrides or []:
@@ -267,14 +287,19 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, check_path
 def load_roles(path: str | Path) -> dict[str, Any]:
     """A ``roles.yaml``: {accelerate_config: path, roles: {role: recipe path}}, paths made absolute."""
     path = Path(path)
-    data = yaml.safe_load(path.read_text()) or {}
-    unknown = set(data) - {"accelerate_config", "roles"}
+    data = _read_yaml(path, "roles recipe") or {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a roles recipe is a mapping {{accelerate_config: PATH, roles: "
+                          f"{{ROLE: RECIPE}}}}, got {type(data).__name__}")
+    unknown = set(map(str, data)) - {"accelerate_config", "roles"}
     if unknown:
         raise RecipeError(f"{path}: unknown key(s) {sorted(unknown)} (known: accelerate_config, roles)")
     roles = data.get("roles") or {}
+    if not isinstance(roles, dict):
+        raise RecipeError(f"{path}: 'roles' must map each role to its recipe file, got {type(roles).__name__}")
     bad = set(roles) - {"planner", "router", "primitive", "verifier"}
     if bad:
-        raise RecipeError(f"{path}: 'roles' has unknown role(s) {sorted(bad)}")
+        raise RecipeError(f"{path}: 'roles' has unknown role(s) {sorted(map(str, bad))}")
     accelerate_config = data.get("accelerate_config")
     return {
         "accelerate_config": str(path.parent / accelerate_config) if accelerate_config else None,

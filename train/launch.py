@@ -35,7 +35,11 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
               parallel: bool = False) -> int:
     """Train the given roles (default: all in the roles.yaml); returns the first non-zero exit status, else 0."""
     overrides = overrides or []
-    spec = load_roles(recipe_path)
+    try:
+        spec = load_roles(recipe_path)
+    except RecipeError as err:
+        print(f"train.launch: {err}", file=sys.stderr)
+        return 2
     chosen = roles or list(spec["roles"])
     unknown = [r for r in chosen if r not in spec["roles"]]
     if unknown:

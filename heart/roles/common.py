@@ -43,6 +43,10 @@ def role_input(messages: list[dict[str, str]]) -> dict[str, Any]:
     return read_input(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
 
 
+MAX_JSON_CANDIDATES = 256
+"""How many ``{`` positions a parser tries as the start of the answer before giving up."""
+
+
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` (after dropping any <think> block and code fences).
 
@@ -54,11 +58,15 @@ def extract_json_object(text: str) -> dict[str, Any]:
     if position < 0:
         raise ValueError("no JSON object in the output")
     last_error = None
-    while position >= 0:
+    for _ in range(MAX_JSON_CANDIDATES):  # bounded: '{' * 20000 must not cost 20000 decodes
+        if position < 0:
+            break
         try:
             value, _ = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
             last_error = err
+        except RecursionError:  # nesting deeper than the decoder goes: not an answer
+            last_error = json.JSONDecodeError("nested too deeply", text, position)
         else:
             if isinstance(value, dict):
                 return value
@@ -91,16 +99,22 @@ def parse_model(text: str, model: type[T]) -> ParseResult[T]:
     if position < 0:
         return ParseResult(None, "no JSON object in the output")
     first_error: str | None = None
-    while position >= 0:
+    for _ in range(MAX_JSON_CANDIDATES):  # bounded: '{' * 20000 must not cost 20000 decodes
+        if position < 0:
+            break
         error = None
         try:
             value, _ = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
             error = f"no valid JSON object in the output ({err.msg} at char {err.pos})"
+        except RecursionError:  # nesting deeper than the decoder goes: not an answer
+            error = f"no valid JSON object in the output (nested too deeply at char {position})"
         else:
             if isinstance(value, dict):
                 try:
                     return ParseResult(model.model_validate(value))
+                except RecursionError:
+                    error = f"output does not match the {model.__name__} schema: nested too deeply"
                 except ValidationError as err:
                     problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
                                          for e in err.errors()[:5])
