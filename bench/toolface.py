@@ -246,7 +246,7 @@ def scaled_catalog(size: int, sigma: float, seed: int = 0):
     return specs, vectors
 
 
-def measure_scale(sizes: list[int], n_queries: int, sigma: float) -> list[dict]:
+def measure_scale(sizes: list[int], n_queries: int, sigma: float, ef_searches: list[int]) -> list[dict]:
     import faiss
 
     queries = [q for q, _ in single_turn_cases(central_catalog())][:n_queries]
@@ -272,25 +272,26 @@ def measure_scale(sizes: list[int], n_queries: int, sigma: float) -> list[dict]:
                 face.build_index()
                 build_s = time.perf_counter() - start
                 memory_mb = faiss.serialize_index(face._index).nbytes / 2**20
-                start = time.perf_counter()
-                ids = []  # one query at a time, as the loop asks
-                for v in q_vectors:
-                    ids.append(face._index.search(v[None, :], 5)[1][0])
-                dense_ms = (time.perf_counter() - start) / len(q_vectors) * 1000
-                start = time.perf_counter()
-                for q in queries:
-                    face.retrieve(q, 5)
-                hybrid_ms = (time.perf_counter() - start) / len(queries) * 1000
-                ids = np.array(ids)
-                if kind == "flat":
-                    exact_ids = ids
-                overlap = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(ids, exact_ids)])
-                row = {"size": size, "index": kind, "build_s": build_s, "index_mb": memory_mb,
-                       "top5_dense_ms": dense_ms, "top5_hybrid_ms": hybrid_ms,
-                       "recall@5_vs_exact": float(overlap), "query_embed_ms": embed_ms}
-                results.append(row)
-                print(f"  scale {size} {kind}: {json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})}",
-                      file=sys.stderr, flush=True)
+                for ef in ([None] if kind == "flat" else ef_searches):
+                    if ef is not None:
+                        face._index.hnsw.efSearch = ef
+                    start = time.perf_counter()
+                    ids = np.array([face._index.search(v[None, :], 5)[1][0] for v in q_vectors])  # one query at a time, as the loop asks
+                    dense_ms = (time.perf_counter() - start) / len(q_vectors) * 1000
+                    start = time.perf_counter()
+                    for q in queries:
+                        face.retrieve(q, 5)
+                    hybrid_ms = (time.perf_counter() - start) / len(queries) * 1000
+                    if kind == "flat":
+                        exact_ids = ids
+                    overlap = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(ids, exact_ids)])
+                    row = {"size": size, "index": kind if ef is None else f"hnsw ef={ef}", "build_s": build_s,
+                           "index_mb": memory_mb, "top5_dense_ms": dense_ms, "top5_hybrid_ms": hybrid_ms,
+                           "recall@5_vs_exact": float(overlap), "query_embed_ms": embed_ms}
+                    results.append(row)
+                    print(f"  scale {size} {row['index']}: "
+                          f"{json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})}",
+                          file=sys.stderr, flush=True)
     return results
 
 
@@ -311,6 +312,8 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--sizes", type=int, nargs="*", default=[25_519, 255_190])
     parser.add_argument("--queries", type=int, default=200, help="queries for the latency figures")
+    parser.add_argument("--ef-search", type=int, nargs="*", default=[128, 512],
+                        help="HNSW search breadths to measure (the index is built once)")
     parser.add_argument("--sigma", type=float, default=0.02, help="noise per dimension of a variant's vector")
     parser.add_argument("--skip-sessions", action="store_true")
     parser.add_argument("--skip-single-turn", action="store_true")
@@ -318,7 +321,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
 
-    report: dict = {"threads": os.environ.get("OMP_NUM_THREADS", "default"), "cpus": os.cpu_count()}
+    report: dict = {"cpus": os.cpu_count(), "load_average": os.getloadavg()}
     if not args.skip_sessions:
         report["sessions"] = {env: measure_sessions(env, args.limit, args.bootstrap)
                               for env in ("bfcl", "agentdojo")}
@@ -327,8 +330,10 @@ def main() -> None:
         report["single_turn"] = measure_single_turn(args.bootstrap, None if args.limit is None else args.limit * 10)
         print_single_turn(report["single_turn"])
     if not args.skip_scale:
-        report["scale"] = measure_scale(args.sizes, args.queries, args.sigma)
+        report["scale"] = measure_scale(args.sizes, args.queries, args.sigma, args.ef_search)
         print_scale(report["scale"], args.sigma)
+        print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+              "(a shared machine: compare rows within this run, not across runs)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))
