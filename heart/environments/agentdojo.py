@@ -61,11 +61,12 @@ def standalone_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return inline(schema)
 
 
-def _tool_spec(function) -> ToolSpec:
+def _tool_spec(function, suite: str) -> ToolSpec:
     return ToolSpec(
         name=function.name,
         description=function.description,
         parameters=standalone_schema(function.parameters.model_json_schema()),
+        category=suite,
     )
 
 
@@ -152,7 +153,7 @@ class AgentDojoEnvironment:
 
     @cached_property
     def _specs(self) -> dict[str, dict[str, ToolSpec]]:
-        return {n: {f.name: _tool_spec(f) for f in s.tools} for n, s in self.suites.items()}
+        return {n: {f.name: _tool_spec(f, n) for f in s.tools} for n, s in self.suites.items()}
 
     def catalog(self) -> list[ToolSpec]:
         # travel and workspace share their calendar and email functions: list each once.

@@ -178,6 +178,7 @@ class BFCLEnvironment:
                     name=doc["name"],
                     description=doc["description"],
                     parameters=json_schema(doc["parameters"]),
+                    category=cls,
                 )
         return specs
 

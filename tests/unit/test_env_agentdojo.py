@@ -118,7 +118,10 @@ def test_functions_shared_by_suites_have_one_schema(env):
     shared = set(specs["workspace"]) & set(specs["travel"])
     assert "send_email" in shared
     for name in shared:
-        assert specs["workspace"][name] == specs["travel"][name]
+        workspace, travel = specs["workspace"][name], specs["travel"][name]
+        assert (workspace.description, workspace.parameters) == (travel.description, travel.parameters)
+        # The category is the suite: the same function belongs to each suite that has it.
+        assert (workspace.category, travel.category) == ("workspace", "travel")
 
 
 # -- sessions --------------------------------------------------------------------------

@@ -31,7 +31,10 @@ def test_retrieves_the_right_tool_for_bfcl_requests(bfcl_tools, tmp_path):
 
 
 def test_retrieval_shows_names_and_short_descriptions_only(bfcl_tools, tmp_path):
-    hits = ToolFace(bfcl_tools, cache_dir=tmp_path).retrieve("list the files here", k=3)
+    from heart.toolface import RetrievalConfig
+
+    face = ToolFace(bfcl_tools, cache_dir=tmp_path, config=RetrievalConfig(min_shown=0))
+    hits = face.retrieve("list the files here", k=3)
     assert len(hits) == 3 and hits[0].score >= hits[1].score >= hits[2].score
     assert all(len(h.description) <= 160 and "properties" not in h.description for h in hits)
 
@@ -62,3 +65,177 @@ def test_registry_rejects_duplicates_and_unknown_names(tmp_path):
         toolface.register(Tool(spec, noop))
     with pytest.raises(KeyError, match="no tool named 'rm'"):
         toolface.get("rm")
+
+
+# -- own descriptions: what the Planner reads ------------------------------------------------
+def test_short_description_is_the_tools_own_first_sentence(bfcl_tools):
+    by_name = {t.name: t.spec for t in bfcl_tools}
+    cp = by_name["cp"]
+    assert cp.description.startswith("This tool belongs to the Gorilla file system.")
+    assert cp.short_description() == "Copy a file or directory from one location to another."
+    assert "Gorilla" not in cp.index_text() and cp.index_text().startswith("cp: Copy a file")
+    assert by_name["lockDoors"].index_text().startswith("lock doors: Locks the doors")
+    agentdojo = ToolSpec("get_unread_emails", "Returns all the unread emails in the inbox. Each email "
+                         "has a sender, a subject, and a body.\nThe emails are marked as read.", {})
+    assert agentdojo.short_description() == "Returns all the unread emails in the inbox."
+    # Descriptions that shared a class preamble are now told apart.
+    lines = [t.spec.short_description() for t in bfcl_tools if t.spec.category == "GorillaFileSystem"]
+    assert len(set(lines)) == len(lines) and not any("This tool belongs" in line for line in lines)
+
+
+def test_planner_input_on_a_bfcl_task_shows_each_tools_own_description(tmp_path):
+    """The Planner's available_tools exactly as the loop builds them for a BFCL session."""
+    from fakes import HashingEmbedder, Script
+
+    from heart.calls import EpisodeContext, RoleClient
+    from heart.loop import HeartLoop, LoopConfig
+    from heart.runtime import ScriptedBackend
+
+    env = load_environment("bfcl")
+    task = env.load_task("multi_turn_base_0")
+    session = env.start(task)
+    toolface = ToolFace(session.tools, cache_dir=tmp_path, embedder=HashingEmbedder())
+    # A malformed plan is a recorded failure: the test needs only what the Planner was shown.
+    script = Script(planner=["not a plan"])
+    client = RoleClient(ScriptedBackend(script), EpisodeContext("ep", task.task_id, "bfcl"), None)
+    HeartLoop(client, toolface, session.clarify, LoopConfig(replan_budget=0)).solve(task.turns[0])
+    shown = next(payload for role, payload in script.calls if role == "planner")["available_tools"]
+    assert len(shown) >= 5
+    for tool in shown:
+        spec = toolface.get(tool["name"]).spec
+        own = spec.description.split("Tool description:", 1)[1].strip()
+        assert tool["description"] == spec.short_description()
+        assert own.startswith(tool["description"].rstrip("…")) and "This tool belongs" not in tool["description"]
+        assert "properties" not in tool and "parameters" not in tool  # never a schema
+        if "category" in tool:
+            assert tool["category"] == spec.category in task.meta["involved_classes"]
+    assert len({t["description"] for t in shown}) == len(shown)
+
+
+# -- hybrid retrieval, companions, index kinds -------------------------------------------
+def spec(name, description, **props):
+    return ToolSpec(name, description, {"type": "object", "properties": {p: {"type": "string", "description": d}
+                                                                          for p, d in props.items()}})
+
+
+SMALL = [
+    spec("startEngine", "Starts the engine of the vehicle.", ignitionMode="START or STOP."),
+    spec("pressBrakePedal", "Presses the brake pedal.", pedalPosition="Between 0 and 1."),
+    spec("lockDoors", "Locks the doors of the vehicle.", door="Which doors."),
+    spec("setHeadlights", "Sets the headlights.", mode="on, off or auto."),
+    spec("fillFuelTank", "Fills the fuel tank.", fuelAmount="Gallons to add."),
+    spec("get_stock_info", "Get the details of a stock.", symbol="Stock symbol."),
+]
+
+
+def small_face(tmp_path, **config):
+    from fakes import HashingEmbedder
+
+    from heart.toolface import RetrievalConfig
+
+    companions = {"startEngine": ["pressBrakePedal", "lockDoors", "not_in_this_catalog"]}
+    config.setdefault("min_shown", 0)
+    return ToolFace([Tool(s, noop) for s in SMALL], cache_dir=tmp_path, embedder=HashingEmbedder(),
+                    config=RetrievalConfig(**config), companions=companions)
+
+
+def test_companions_follow_the_ranked_tools_once_each(tmp_path):
+    face = small_face(tmp_path, k=1)
+    hits = face.retrieve("please start the engine")
+    assert [h.name for h in hits] == ["startEngine", "pressBrakePedal", "lockDoors"]
+    assert hits[0].score > 0 and hits[1].score == hits[2].score == 0.0
+    # k=2 ranks lockDoors itself: it is not repeated as a companion
+    names = [h.name for h in small_face(tmp_path, k=3).retrieve("start the engine and lock the doors")]
+    assert len(names) == len(set(names)) and {"startEngine", "lockDoors", "pressBrakePedal"} <= set(names)
+    assert [h.name for h in small_face(tmp_path, k=1, expand_companions=False).retrieve("start the engine")] == ["startEngine"]
+
+
+def test_next_ranked_tools_fill_the_list_up_to_min_shown(tmp_path):
+    hits = small_face(tmp_path, k=1, min_shown=4).retrieve("please start the engine")
+    assert [h.name for h in hits][:3] == ["startEngine", "pressBrakePedal", "lockDoors"] and len(hits) == 4
+    assert len(small_face(tmp_path, k=1, min_shown=2).retrieve("please start the engine")) == 3
+    assert len(small_face(tmp_path, k=2, min_shown=50).retrieve("anything")) == len(SMALL)
+
+
+def test_lexical_scoring_finds_words_of_a_tool_name(tmp_path):
+    # BM25 alone (dense weight 0) matches the user's words against the name split into words.
+    hits = small_face(tmp_path, k=1, dense_weight=0.0).retrieve("what are the stock details for NVDA")
+    assert hits[0].name == "get_stock_info"
+
+
+def test_hnsw_and_exact_indexes_agree_on_a_small_catalog(tmp_path):
+    exact = small_face(tmp_path, index="flat")
+    approx = small_face(tmp_path, index="hnsw")
+    auto = small_face(tmp_path, exact_max=3)
+    assert (exact.index_kind(), approx.index_kind(), auto.index_kind()) == ("flat", "hnsw", "hnsw")
+    assert exact.index_path() != approx.index_path()
+    for query in ("lock the doors", "fill up the tank", "headlights on"):
+        # On a catalog this small HNSW visits every node: same tools, same scores.
+        assert [n for n, _ in exact.search(query, 3)] == [n for n, _ in approx.search(query, 3)]
+        assert [s for _, s in exact.search(query, 3)] == pytest.approx([s for _, s in approx.search(query, 3)])
+
+
+def test_retrieval_config_rejects_bad_values():
+    from heart.toolface import RetrievalConfig
+
+    with pytest.raises(ValueError, match="dense_weight"):
+        RetrievalConfig(dense_weight=1.5)
+    with pytest.raises(ValueError, match="index"):
+        RetrievalConfig(index="ivf")
+    with pytest.raises(ValueError, match="k must be"):
+        RetrievalConfig(k=0)
+
+
+# -- cache writes under concurrency (issue 13) ----------------------------------------------
+def test_threads_on_a_cold_cache_do_not_race_on_temp_files(tmp_path, monkeypatch):
+    """Every thread embeds the same texts into an empty cache at once. With temp names made
+    of the process id only, threads wrote the same temp file and the second os.replace
+    found it gone (FileNotFoundError) or moved a half-written file."""
+    import threading
+
+    import numpy as np
+
+    import heart.toolface as toolface_module
+
+    class Model:
+        def encode(self, texts, **kwargs):
+            return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    real_replace = toolface_module.os.replace
+    barrier = threading.Barrier(4, timeout=5)
+
+    def slow_replace(src, dst):
+        try:
+            barrier.wait()  # every thread has written its temp file before any moves one
+        except threading.BrokenBarrierError:
+            pass
+        real_replace(src, dst)
+
+    monkeypatch.setattr(toolface_module.os, "replace", slow_replace)
+    embedder = Embedder(tmp_path)
+    errors = []
+
+    def work():
+        try:
+            embedder.embed(["one tool text"])
+        except Exception as e:  # noqa: BLE001 - the race shows up as any exception
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    files = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
+    assert len(files) == 1 and files[0].endswith(".npy")  # no temp file left behind
+    assert np.load(tmp_path / "embeddings" / files[0]).tolist() == [0.5] * 4
+
+
+def test_index_writes_use_unique_temp_names(tmp_path):
+    from heart.toolface import unique_temp_path
+
+    target = tmp_path / "abc.flat.faiss"
+    names = {unique_temp_path(target) for _ in range(100)}
+    assert len(names) == 100 and all(p.parent == tmp_path and p.name.startswith(".abc.flat.faiss.") for p in names)

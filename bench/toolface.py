@@ -1,0 +1,343 @@
+"""Benchmark: does ToolFace show the Planner the tools it needs, and how fast at scale?
+
+    python bench/toolface.py                        # everything (several minutes on 2 cores)
+    python bench/toolface.py --limit 20 --skip-scale --skip-single-turn   # a quick look
+    python bench/toolface.py --out runs/bench/toolface.json
+
+Three parts, each measured in this one run:
+
+1. **Session catalogs** (as ``run_episode`` builds ToolFace: the task's own tools), every
+   user turn that has gold calls, query = that turn's user text (no gold in it): the share
+   of turns whose gold tools are *all* in the top k, for dense-only retrieval (MiniLM, the
+   issue's baseline measure), hybrid (MiniLM + BM25) and the default configuration (hybrid
+   top-7, then companions learnt from train-split gold, then next-ranked tools up to 9),
+   which shows a variable number of tools: its mean is reported next to its recall. Also gold recall@1/5/10 (the share of a
+   turn's gold tools in the top k). 95% intervals: bootstrap over tasks (a task's turns
+   stay together). Companions are learnt from train-split gold only, so the test-split rows
+   are the honest ones for the default configuration.
+2. **BFCL single-turn against the central catalog** (every BFCL + AgentDojo document,
+   deduplicated): query → the entry's gold functions, recall@1/5/10 (all gold in top k).
+3. **Scale**: the central catalog's real embeddings plus generated variants up to 25,519
+   and 255,190 tools. Variants are *not* embedded (MiniLM at ~360 docs/s on 2 shared cores
+   would take ~12 min for 255k): each is a real document's vector plus Gaussian noise,
+   renormalised, and its text is the real text with a variant suffix (for BM25). Reports
+   index build time, index memory, top-5 latency (dense search alone, and the whole
+   hybrid retrieval with the query already embedded) for exact ``IndexFlatIP`` and HNSW,
+   and HNSW's recall@5 against exact search. Query embedding time is reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from heart.catalog import (  # noqa: E402
+    RETRIEVAL_CATEGORIES,
+    _bfcl_data,
+    _read_jsonl,
+    central_catalog,
+    content_index,
+    tool_companions,
+)
+from heart.environments import load_environment, split_of  # noqa: E402
+from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec  # noqa: E402
+
+DENSE = RetrievalConfig(dense_weight=1.0, expand_companions=False, min_shown=0)
+HYBRID = RetrievalConfig(expand_companions=False, min_shown=0)
+DEFAULT = RetrievalConfig()
+
+
+def noop(**arguments):
+    return arguments
+
+
+def bootstrap(values_by_task: list[list[float]], n: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean over all values, and a 95% interval resampling tasks (clusters of turns)."""
+    flat = np.array([v for task in values_by_task for v in task], dtype=float)
+    sums = np.array([sum(task) for task in values_by_task], dtype=float)
+    counts = np.array([len(task) for task in values_by_task], dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(values_by_task), size=(n, len(values_by_task)))
+    means = sums[picks].sum(1) / counts[picks].sum(1)
+    return float(flat.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def fmt(stat: tuple[float, float, float]) -> str:
+    return f"{stat[0]:.3f} [{stat[1]:.3f}, {stat[2]:.3f}]"
+
+
+# -- 1. session catalogs -------------------------------------------------------------------
+def session_cases(env_name: str, limit: int | None):
+    """(task id, split, session tools, [(query, gold names)]) for every task."""
+    env = load_environment(env_name)
+    cases = []
+    for task_id in env.task_ids()[:limit]:
+        task = env.load_task(task_id)
+        session = env.start(task)
+        turns = [(query, sorted({c.name for c in gold}))
+                 for query, gold in zip(task.turns, task.gold or []) if gold]
+        cases.append((task_id, split_of(env_name, task_id), session.tools, turns))
+    return env, cases
+
+
+def measure_sessions(env_name: str, limit: int | None, n_boot: int) -> dict:
+    env, cases = session_cases(env_name, limit)
+    companions = tool_companions(env, "train")
+    Embedder().embed(sorted({q for *_, turns in cases for q, _ in turns}))  # one batched pass
+    rows: dict[str, dict[str, list[list[float]]]] = {}
+
+    def add(split: str, key: str, task_values: list[float]):
+        for s in ("all", split):
+            rows.setdefault(s, {}).setdefault(key, []).append(task_values)
+
+    tools_per_task = []
+    for task_id, split, tools, turns in cases:
+        tools_per_task.append(len(tools))
+        faces = {name: ToolFace(tools, config=config, companions=companions)
+                 for name, config in (("dense", DENSE), ("hybrid", HYBRID), ("default", DEFAULT))}
+        values: dict[str, list[float]] = {}
+        for query, gold in turns:
+            for name in ("dense", "hybrid"):
+                ranked = [t for t, _ in faces[name].search(query, len(tools))]
+                for k in (5, 10, 20):
+                    values.setdefault(f"{name} all@{k}", []).append(float(set(gold) <= set(ranked[:k])))
+                for k in (1, 5, 10):
+                    values.setdefault(f"{name} recall@{k}", []).append(len(set(gold) & set(ranked[:k])) / len(gold))
+            shown = [t.name for t in faces["default"].retrieve(query)]
+            values.setdefault("default all@shown", []).append(float(set(gold) <= set(shown)))
+            values.setdefault("default shown", []).append(float(len(shown)))
+        for key, v in values.items():
+            add(split, key, v)
+    result = {
+        "tasks": len(cases),
+        "turns": sum(len(t) for *_, t in cases),
+        "tools_per_task_median": float(np.median(tools_per_task)),
+        "companion_map_size": len(companions),
+    }
+    for split, by_key in rows.items():
+        result[split] = {key: bootstrap(v, n_boot) for key, v in by_key.items()}
+        result[split]["turns"] = sum(len(t) for t in by_key["default shown"])
+    return result
+
+
+def print_sessions(results: dict[str, dict]) -> None:
+    print("\n## Session catalogs: all gold tools of a turn shown (95% bootstrap over tasks)\n")
+    print("| environment | split | turns | tools/task | dense top-5 | dense top-10 | dense top-20 "
+          "| hybrid top-5 | hybrid top-10 | hybrid top-20 | default (hybrid 7 + companions, ≥ 9) | shown (mean) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for env, r in results.items():
+        for split in ("all", "train", "dev", "test"):
+            if split not in r:
+                continue
+            s = r[split]
+            cells = [fmt(s[f"{m} all@{k}"]) for m in ("dense", "hybrid") for k in (5, 10, 20)]
+            print(f"| {env} | {split} | {s['turns']} | {r['tools_per_task_median']:.0f} | " + " | ".join(cells)
+                  + f" | {fmt(s['default all@shown'])} | {s['default shown'][0]:.1f} |")
+    print("\n## Session catalogs: gold recall@k (share of a turn's gold tools in the top k)\n")
+    print("| environment | split | dense @1 | dense @5 | dense @10 | hybrid @1 | hybrid @5 | hybrid @10 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for env, r in results.items():
+        for split in ("all", "test"):
+            s = r[split]
+            cells = [fmt(s[f"{m} recall@{k}"]) for m in ("dense", "hybrid") for k in (1, 5, 10)]
+            print(f"| {env} | {split} | " + " | ".join(cells) + " |")
+
+
+# -- 2. single-turn against the central catalog ---------------------------------------------
+def single_turn_cases(catalog) -> list[tuple[str, list[str]]]:
+    """(query, gold catalog names) for every single-turn entry with gold calls."""
+    from heart.catalog import _schema, _content_key
+
+    by_content = content_index(catalog)
+    data = _bfcl_data()
+    cases = []
+    for category in RETRIEVAL_CATEGORIES:
+        answers = {a["id"]: a for a in _read_jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")}
+        for entry in _read_jsonl(data / f"BFCL_v4_{category}.json"):
+            gold_names = {name for call in answers[entry["id"]]["ground_truth"] for name in call}
+            docs = {d["name"]: d for d in entry["function"]}
+            gold = [by_content[_content_key(ToolSpec(n, docs[n].get("description", ""),
+                                                     _schema(docs[n].get("parameters", {}))))]
+                    for n in sorted(gold_names) if n in docs]
+            query = "\n".join(m["content"] for m in entry["question"][0] if m["role"] == "user")
+            if gold:
+                cases.append((query, gold))
+    return cases
+
+
+def measure_single_turn(n_boot: int, limit: int | None) -> dict:
+    catalog = central_catalog()
+    cases = single_turn_cases(catalog)[:limit]
+    tools = [Tool(spec, noop) for spec in catalog]
+    Embedder().embed(sorted({q for q, _ in cases}))
+    result = {"catalog_size": len(catalog), "categories": len({s.category for s in catalog}),
+              "queries": len(cases)}
+    for name, config in (("dense", DENSE), ("hybrid", HYBRID)):
+        face = ToolFace(tools, config=config)
+        values: dict[str, list[list[float]]] = {}
+        for query, gold in cases:
+            ranked = [t for t, _ in face.search(query, 10)]
+            for k in (1, 5, 10):
+                values.setdefault(f"all@{k}", []).append([float(set(gold) <= set(ranked[:k]))])
+                # The live categories repeat a function with slightly different documents
+                # (kept apart as name~hash): finding any document of the gold name counts here.
+                names = {base_name(t) for t in ranked[:k]}
+                values.setdefault(f"name@{k}", []).append([float({base_name(g) for g in gold} <= names)])
+        result[name] = {key: bootstrap(v, n_boot) for key, v in values.items()}
+    return result
+
+
+def base_name(name: str) -> str:
+    return name.split("~", 1)[0]
+
+
+def print_single_turn(r: dict) -> None:
+    print(f"\n## BFCL single-turn query → gold functions, central catalog of {r['catalog_size']} tools "
+          f"in {r['categories']} categories ({r['queries']} queries; all gold in top k)\n")
+    print("| retrieval | match | @1 | @5 | @10 |")
+    print("|---|---|---|---|---|")
+    for name in ("dense", "hybrid"):
+        for match, label in (("all", "exact document"), ("name", "document of the gold name")):
+            print(f"| {name} | {label} | " + " | ".join(fmt(r[name][f"{match}@{k}"]) for k in (1, 5, 10)) + " |")
+
+
+# -- 3. scale --------------------------------------------------------------------------------
+class PrecomputedEmbedder:
+    """Vectors looked up by text: the real and generated catalog, and pre-embedded queries."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]):
+        self.vectors = vectors
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.vectors[t] for t in texts]).astype(np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.vectors[text][None, :]
+
+
+def scaled_catalog(size: int, sigma: float, seed: int = 0):
+    """``size`` specs: the central catalog, then variants of its documents; and a text →
+    vector map (real embeddings for real documents, perturbed ones for variants)."""
+    real = list(central_catalog())
+    real_vectors = Embedder().embed([s.index_text() for s in real])
+    rng = np.random.default_rng(seed)
+    specs, vectors = [], {}
+    for i in range(size):
+        base = real[i % len(real)]
+        if i < len(real):
+            spec, vector = base, real_vectors[i]
+        else:
+            spec = ToolSpec(f"{base.name}__v{i}", f"{base.description} (variant {i})", base.parameters,
+                            category=base.category)
+            vector = real_vectors[i % len(real)] + rng.normal(0, sigma, real_vectors.shape[1]).astype(np.float32)
+            vector /= np.linalg.norm(vector)
+        specs.append(spec)
+        vectors[spec.index_text()] = vector
+    return specs, vectors
+
+
+def measure_scale(sizes: list[int], n_queries: int, sigma: float, ef_searches: list[int]) -> list[dict]:
+    import faiss
+
+    queries = [q for q, _ in single_turn_cases(central_catalog())][:n_queries]
+    q_vectors = Embedder().embed(queries)
+    from heart.toolface import _load_embedder
+
+    model = _load_embedder()
+    start = time.perf_counter()
+    for q in queries[:50]:
+        model.encode([q], normalize_embeddings=True)
+    embed_ms = (time.perf_counter() - start) / 50 * 1000
+    results = []
+    for size in sizes:
+        specs, vectors = scaled_catalog(size, sigma)
+        vectors.update({q: v for q, v in zip(queries, q_vectors)})
+        tools = [Tool(s, noop) for s in specs]
+        exact_ids = None
+        for kind in ("flat", "hnsw"):
+            with tempfile.TemporaryDirectory() as cache:
+                face = ToolFace(tools, cache_dir=Path(cache), embedder=PrecomputedEmbedder(vectors),
+                                config=RetrievalConfig(index=kind, expand_companions=False, min_shown=0))
+                start = time.perf_counter()
+                face.build_index()
+                build_s = time.perf_counter() - start
+                memory_mb = faiss.serialize_index(face._index).nbytes / 2**20
+                for ef in ([None] if kind == "flat" else ef_searches):
+                    if ef is not None:
+                        face._index.hnsw.efSearch = ef
+                    start = time.perf_counter()
+                    ids = np.array([face._index.search(v[None, :], 5)[1][0] for v in q_vectors])  # one query at a time, as the loop asks
+                    dense_ms = (time.perf_counter() - start) / len(q_vectors) * 1000
+                    start = time.perf_counter()
+                    for q in queries:
+                        face.retrieve(q, 5)
+                    hybrid_ms = (time.perf_counter() - start) / len(queries) * 1000
+                    if kind == "flat":
+                        exact_ids = ids
+                    overlap = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(ids, exact_ids)])
+                    row = {"size": size, "index": kind if ef is None else f"hnsw ef={ef}", "build_s": build_s,
+                           "index_mb": memory_mb, "top5_dense_ms": dense_ms, "top5_hybrid_ms": hybrid_ms,
+                           "recall@5_vs_exact": float(overlap), "query_embed_ms": embed_ms}
+                    results.append(row)
+                    print(f"  scale {size} {row['index']}: "
+                          f"{json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})}",
+                          file=sys.stderr, flush=True)
+    return results
+
+
+def print_scale(rows: list[dict], sigma: float) -> None:
+    print(f"\n## Scale (real documents + perturbed variants, sigma={sigma}; query already embedded)\n")
+    print("| tools | index | build (s) | index memory (MiB) | top-5 dense (ms) | top-5 hybrid (ms) | recall@5 vs exact |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['size']:,} | {r['index']} | {r['build_s']:.1f} | {r['index_mb']:.1f} | "
+              f"{r['top5_dense_ms']:.2f} | {r['top5_hybrid_ms']:.2f} | {r['recall@5_vs_exact']:.3f} |")
+    if rows:
+        print(f"\nQuery embedding (MiniLM, one query, uncached): {rows[0]['query_embed_ms']:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=None, help="first N tasks per environment")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[25_519, 255_190])
+    parser.add_argument("--queries", type=int, default=200, help="queries for the latency figures")
+    parser.add_argument("--ef-search", type=int, nargs="*", default=[128, 512],
+                        help="HNSW search breadths to measure (the index is built once)")
+    parser.add_argument("--sigma", type=float, default=0.02, help="noise per dimension of a variant's vector")
+    parser.add_argument("--skip-sessions", action="store_true")
+    parser.add_argument("--skip-single-turn", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args()
+
+    report: dict = {"cpus": os.cpu_count(), "load_average": os.getloadavg()}
+    if not args.skip_sessions:
+        report["sessions"] = {env: measure_sessions(env, args.limit, args.bootstrap)
+                              for env in ("bfcl", "agentdojo")}
+        print_sessions(report["sessions"])
+    if not args.skip_single_turn:
+        report["single_turn"] = measure_single_turn(args.bootstrap, None if args.limit is None else args.limit * 10)
+        print_single_turn(report["single_turn"])
+    if not args.skip_scale:
+        report["scale"] = measure_scale(args.sizes, args.queries, args.sigma, args.ef_search)
+        print_scale(report["scale"], args.sigma)
+        print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+              "(a shared machine: compare rows within this run, not across runs)")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
