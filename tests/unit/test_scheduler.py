@@ -55,9 +55,11 @@ def test_concurrent_clients_are_served_as_mixed_role_batches():
     inner = RecordingBackend(delay_s=0.01)
     backend = BatchingBackend(inner, max_batch_size=8, max_wait_s=5.0)
     roles = ["planner", "router", "primitive", "verifier"]
+    everyone_registered = threading.Barrier(8)
 
     def episode(i):
         with backend.client():
+            everyone_registered.wait()
             return [ask(backend, roles[(i + k) % 4], f"{i}-{k}") for k in range(3)]
 
     with ThreadPoolExecutor(8) as pool:
