@@ -33,6 +33,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
+from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 
 BASE_ADAPTER = "__base__"
@@ -71,18 +72,6 @@ def quantize_linears_int8(model: torch.nn.Module) -> int:
     return len(targets)
 
 
-def _check_adapter_folder(role: str, path: str) -> None:
-    """Fail on a bad adapter folder before any weight is loaded, naming the role."""
-    if role == BASE_ADAPTER:
-        raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
-    config = Path(path) / "adapter_config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"adapter for role {role!r}: no adapter_config.json in {path}")
-    peft_type = json.loads(config.read_text()).get("peft_type")
-    if peft_type != "LORA":
-        raise ValueError(f"adapter for role {role!r} at {path} is {peft_type}, not LORA")
-
-
 class TransformersBackend:
     """Answers role calls with a transformers model plus per-role peft LoRA adapters.
 
@@ -104,16 +93,23 @@ class TransformersBackend:
         enable_thinking: bool = False,
         max_batch_size: int = 8,
         quantize: str | None = None,
+        max_adapter_rank: int = MAX_SERVING_RANK,
     ):
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
-        for role, path in self.adapters.items():
-            _check_adapter_folder(role, path)
         self.enable_thinking = enable_thinking
         self.max_batch_size = max_batch_size
         self._model_id = model
         self.model_path = resolve_model(model)
+        # Every adapter is checked against this base before any weight (base or adapter) loads.
+        if self.adapters:
+            serving = ServingBase(model, model_content_hash(self.model_path),
+                                  base_linear_modules(str(self.model_path)), max_adapter_rank)
+            for role, path in self.adapters.items():
+                if role == BASE_ADAPTER:
+                    raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
+                validate_adapter(role, path, serving)
         self.name = f"hf:{model}"
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto":
