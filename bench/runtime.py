@@ -228,6 +228,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32, help="max new tokens per call")
     parser.add_argument("--batch", type=int, default=8, help="concurrent clients / batch size")
     parser.add_argument("--episodes", type=int, default=0, help="BFCL dev episodes to time (0: skip)")
+    parser.add_argument("--only-episodes", action="store_true", help="skip the call-level measurements")
     parser.add_argument("--out", default=str(REPO / "bench" / "runtime.json"))
     args = parser.parse_args()
 
@@ -242,6 +243,11 @@ def main() -> int:
     requests = harvest_requests(args.calls, args.new_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(base_path, Path(tmp))
+        if args.only_episodes:
+            report["episodes"] = episodes(adapters, args.episodes, args.batch, 128)
+            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+            print(json.dumps(report, indent=2))
+            return 0
         fp32 = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch)
         int8 = TransformersBackend("smollm2-135m", adapters=adapters, quantize="int8", max_batch_size=args.batch)
         report["prompt_tokens_mean"] = round(sum(len(fp32.tokenizer(fp32.render(r.messages))["input_ids"])

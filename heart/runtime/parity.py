@@ -62,8 +62,12 @@ def check_parity(model: str, adapters_dir: str, engines: list[str], max_new_toke
     reference = TransformersBackend(model, adapters=adapters)
     tokenizer = reference.tokenizer
     expected = [reference.generate(r.role, r.messages, r.sampling) for r in requests]
+    # The base's own answers: parity means little if the adapters did not change anything.
+    base = [reference.generate("base", r.messages, r.sampling) for r in requests]
     del reference
-    report = {"model": model, "adapters": adapters, "max_new_tokens": max_new_tokens, "engines": {}}
+    report = {"model": model, "adapters": adapters, "max_new_tokens": max_new_tokens,
+              "adapter_answers_differing_from_base": f"{sum(e.text != b.text for e, b in zip(expected, base))}"
+                                                    f"/{len(requests)}", "engines": {}}
     for engine in engines:
         if engine == "vllm":
             from heart.runtime.vllm_engine import VLLMBackend
