@@ -2,7 +2,9 @@
 
     heart collect --env bfcl --split train --teacher gold --out runs/bfcl-gold
 
-Episodes run concurrently (bounded), each with its own environment session and teacher.
+Episodes run concurrently (bounded), each with its own environment session and teacher; an
+in-process ``hf:`` teacher is shared through a batching scheduler, so concurrent episodes'
+role calls decode together as mixed-role batches (heart/runtime/scheduler.py).
 Every process writes its own trace shard, named uniquely (time, pid, random) and created
 exclusively, so a killed run never leaves a half-written episode inside a shard that a
 later run appends to; ``--resume`` skips episodes whose record is already written (episode
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import platform
@@ -41,7 +44,8 @@ class TeacherFactory:
     """Builds the backend for one episode from a teacher string (``gold``,
     ``openai:<url>#<model>``, ``hf:<model>``): the gold teacher is per task, others shared."""
 
-    def __init__(self, spec: str, fault_rate: float, environment):
+    def __init__(self, spec: str, fault_rate: float, environment, quantize: str | None = None,
+                 max_batch_size: int = 8):
         self.spec = parse_teacher_spec(spec)
         if fault_rate and self.spec.kind != "gold":
             raise ValueError(f"--fault-rate applies to the gold teacher only, not to {spec!r}")
@@ -53,19 +57,22 @@ class TeacherFactory:
 
             self._shared = OpenAIBackend(self.spec.url, self.spec.model)
         elif self.spec.kind == "hf":
+            from heart.runtime.scheduler import BatchingBackend
             from heart.user_errors import transformers_backend
 
-            self._shared = transformers_backend(self.spec.model)
+            # Concurrent episodes share the one in-process model through the scheduler,
+            # which serves their pending role calls as mixed-role batches.
+            self._shared = BatchingBackend(transformers_backend(self.spec.model, quantize=quantize),
+                                           max_batch_size=max_batch_size)
 
     @property
     def name(self) -> str:
         """The teacher's backend name, as it appears in traces and episode ids."""
         return gold_teacher_name(self.fault_rate) if self._shared is None else self._shared.name
 
-    @property
-    def concurrent(self) -> bool:
-        # One in-process model is not thread-safe; gold and remote teachers are.
-        return self.spec.kind != "hf"
+    def client(self):
+        """Context for one episode: registers it with the batching scheduler (hf teachers)."""
+        return self._shared.client() if self.spec.kind == "hf" else contextlib.nullcontext()
 
     def __call__(self, task, seed: int):
         if self._shared is None:  # gold: phrasing and faults vary with the episode's seed
@@ -154,7 +161,8 @@ def collect(args: argparse.Namespace) -> int:
     from heart.user_errors import UserError
 
     try:
-        teacher = TeacherFactory(args.teacher, args.fault_rate, environment)
+        teacher = TeacherFactory(args.teacher, args.fault_rate, environment,
+                                 quantize=args.quantize, max_batch_size=args.max_batch_size)
     except (ValueError, UserError) as err:
         raise SystemExit(f"error: --teacher: {err}") from None
     task_ids = environment.task_ids(args.split)
@@ -187,10 +195,11 @@ def collect(args: argparse.Namespace) -> int:
     def one(job):
         task_id, seed = job
         task = environment.load_task(task_id)
-        return run_episode(environment, task, teacher(task, seed), config=config, trace=writer, seed=seed)
+        with teacher.client():
+            return run_episode(environment, task, teacher(task, seed), config=config, trace=writer, seed=seed)
 
     with TraceWriter(shard, exclusive=True) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
-        workers = args.concurrency if teacher.concurrent else 1
+        workers = args.concurrency
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(one, job) for job in jobs]
             for future in concurrent.futures.as_completed(futures):
@@ -233,6 +242,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify", default="step", choices=["step", "attempt"],
                         help="Verifier granularity: per step (Algorithm 1) or per whole attempt")
     parser.add_argument("--concurrency", type=int, default=8, help="episodes run at once")
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="hf teacher: int8 dynamic-quantised base linears (LoRA kept exact)")
+    parser.add_argument("--max-batch-size", type=int, default=8,
+                        help="hf teacher: most role calls served in one batch across episodes")
     parser.add_argument("--limit", type=int, default=0, help="only the first N tasks of the split")
     parser.add_argument("--resume", action="store_true", help="continue a killed run in --out")
 

@@ -7,6 +7,8 @@
     heart collect --env bfcl --split train --teacher gold --out runs/NAME [--resume]
     heart datasets build runs/NAME --out runs/NAME/datasets
     heart train --recipe recipes/smollm2-135m/roles.yaml [--roles planner,router]
+    heart serve --adapter planner=PATH ... [--port 8000]   OpenAI-compatible, model name = role
+    heart check parity --adapters DIR          peft vs vLLM vs int8, token for token, per role
 
 Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
 """
@@ -44,7 +46,7 @@ def _backend(args: argparse.Namespace, task=None, environment=None):
 
     # `hf:X` means what it means for `collect --teacher`: the transformers model X.
     model = _model_spec(args.model).model if args.model.startswith("hf:") else args.model
-    return transformers_backend(model, _adapters(args.adapter))
+    return transformers_backend(model, _adapters(args.adapter), quantize=args.quantize)
 
 
 def _model_spec(model: str):
@@ -226,6 +228,43 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--no-prefill", action="store_true",
                    help="without constraints, do not start answers with each role's JSON prefix")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quantize", choices=["int8"], default=None,
+                   help="in-process model: int8 dynamic-quantised base linears, role LoRA kept exact (CPU)")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from heart.serve import serve
+
+    args.adapters = _adapters(args.adapter)
+    return serve(args)
+
+
+def _serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible server: model name = role (planner, router, ..., base)")
+    p.add_argument("--model", default="smollm2-135m", help="base: embedded name, local folder or HF id")
+    p.add_argument("--adapter", action="append", default=[], metavar="ROLE=PATH", help="role adapter (repeatable)")
+    p.add_argument("--engine", choices=["peft", "vllm"], default="peft",
+                   help="peft in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
+    p.add_argument("--quantize", choices=["int8"], default=None, help="peft engine: int8 base linears (CPU)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; no authentication)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch-size", type=int, default=8, help="most requests decoded in one batch")
+    p.add_argument("--max-prompt-tokens", type=int, default=8192, help="longer prompts get 400")
+    p.add_argument("--max-new-tokens", type=int, default=2048, help="largest max_tokens a request may ask")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from heart.runtime.parity import main as parity_main
+
+    return parity_main(args.rest)
+
+
+def _check_parser(sub) -> None:
+    p = sub.add_parser("check", help="checks: parity (peft vs vLLM vs int8, token for token, per role)")
+    p.add_argument("what", choices=["parity"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="--adapters DIR [--model M] [--engines vllm,int8]")
+    p.set_defaults(func=cmd_check)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", action="store_true", help="run roles as parallel accelerate jobs")
     p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     p.set_defaults(func=cmd_train)
+
+    _serve_parser(sub)
+    _check_parser(sub)
     return parser
 
 

@@ -21,6 +21,7 @@ Try it::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -32,24 +33,43 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
+from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in ``generate(..., adapter_names=[...])``."""
 
+QUANTIZE = (None, "int8")
+"""Base-weight formats: None keeps the loaded dtype; "int8" is dynamic int8 on CPU."""
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _check_adapter_folder(role: str, path: str) -> None:
-    """Fail on a bad adapter folder before any weight is loaded, naming the role."""
-    if role == BASE_ADAPTER:
-        raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
-    config = Path(path) / "adapter_config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"adapter for role {role!r}: no adapter_config.json in {path}")
-    peft_type = json.loads(config.read_text()).get("peft_type")
-    if peft_type != "LORA":
-        raise ValueError(f"adapter for role {role!r} at {path} is {peft_type}, not LORA")
+def quantize_linears_int8(model: torch.nn.Module) -> int:
+    """Replace the base's linear layers by dynamic-int8 ones in place; LoRA stays exact.
+
+    Decoding on a CPU is bound by the bytes of weights read per token, and int8 weights are
+    a quarter of fp32's. Inside a peft LoRA layer only ``base_layer`` is replaced, so the
+    role's low-rank update (lora_A, lora_B) still runs in fp32 on top of it; the output head
+    is quantised too (a fifth of SmolLM2's weights). Activations are quantised per call
+    (dynamic), so no calibration data is needed. Returns how many layers were replaced.
+    """
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    targets = [(name, module) for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and "lora_" not in name]
+    with warnings.catch_warnings():
+        # torch.ao's eager quantisation is deprecated in favour of torchao (not installed
+        # here); in torch 2.13 it still works and is the fastest int8 path on this CPU.
+        warnings.simplefilter("ignore")
+        for name, linear in targets:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            quantized = quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear}, dtype=torch.qint8)[0]
+            setattr(parent, child, quantized)
+    return len(targets)
 
 
 class TransformersBackend:
@@ -60,6 +80,8 @@ class TransformersBackend:
     adapter folder. ``dtype="auto"`` is float32 on CPU (bf16 has no fast path on CPUs
     without AMX: ~9x slower) and bfloat16 on CUDA. ``enable_thinking`` is passed to the
     chat template: Qwen3 thinks only when asked; templates without the variable ignore it.
+    ``quantize="int8"`` (CPU) makes the base's linears dynamic int8 with each role's LoRA
+    kept exact on top (:func:`quantize_linears_int8`); the backend's name gains ``+int8``.
     """
 
     def __init__(
@@ -70,14 +92,24 @@ class TransformersBackend:
         dtype: str = "auto",
         enable_thinking: bool = False,
         max_batch_size: int = 8,
+        quantize: str | None = None,
+        max_adapter_rank: int = MAX_SERVING_RANK,
     ):
+        if quantize not in QUANTIZE:
+            raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
-        for role, path in self.adapters.items():
-            _check_adapter_folder(role, path)
         self.enable_thinking = enable_thinking
         self.max_batch_size = max_batch_size
         self._model_id = model
         self.model_path = resolve_model(model)
+        # Every adapter is checked against this base before any weight (base or adapter) loads.
+        if self.adapters:
+            serving = ServingBase(model, model_content_hash(self.model_path),
+                                  base_linear_modules(str(self.model_path)), max_adapter_rank)
+            for role, path in self.adapters.items():
+                if role == BASE_ADAPTER:
+                    raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
+                validate_adapter(role, path, serving)
         self.name = f"hf:{model}"
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto":
@@ -107,6 +139,12 @@ class TransformersBackend:
         else:
             self.model = base
             self._active_adapter = None
+        self.quantize = quantize
+        if quantize == "int8":
+            if self.device.type != "cpu":
+                raise ValueError(f"quantize='int8' is a CPU path (dynamic int8 linears); device is {self.device}")
+            quantize_linears_int8(self.model)
+            self.name += "+int8"
         self._grammar_compiler = None
         self._grammars: dict[str, object] = {}
         self.model.eval()
@@ -156,13 +194,18 @@ class TransformersBackend:
         return self._generate_chunk([request])[0]
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        """Left-padded batches of at most ``max_batch_size``, one group per sampling config.
+        """Left-padded batches of at most ``max_batch_size``, mixing roles and schemas.
 
-        Each Generation's ``latency_s`` is the wall time of the batch that served it.
+        Requests are grouped by how they decode (temperature, top_p, seed); within a group
+        each row keeps its own adapter (peft ``adapter_names``), its own JSON-schema grammar
+        and its own ``max_new_tokens`` (the batch decodes to the largest and each row is cut
+        at its own limit: greedy decoding makes that the same answer). Each Generation's
+        ``latency_s`` is the wall time of the batch that served it.
         """
-        groups: dict[SamplingConfig, list[int]] = defaultdict(list)
+        groups: dict[tuple, list[int]] = defaultdict(list)
         for i, request in enumerate(requests):
-            groups[request.sampling].append(i)
+            s = request.sampling
+            groups[(s.temperature, s.top_p, s.seed)].append(i)
         results: list[Generation | None] = [None] * len(requests)
         for indices in groups.values():
             for start in range(0, len(indices), self.max_batch_size):
@@ -173,8 +216,10 @@ class TransformersBackend:
         return results  # type: ignore[return-value]
 
     def _generate_chunk(self, requests: list[GenerationRequest]) -> list[Generation]:
-        """One ``generate`` call for requests that share a sampling config."""
+        """One ``generate`` call for requests that share temperature, top_p and seed."""
         sampling = requests[0].sampling
+        sampling = dataclasses.replace(
+            sampling, max_new_tokens=max(r.sampling.max_new_tokens for r in requests), guided_json=None)
         start = time.perf_counter()
         prompts = [self.render(r.messages) for r in requests]
         # The template already holds the special tokens (SmolLM2 would add none anyway).
@@ -199,7 +244,7 @@ class TransformersBackend:
         if sampling.temperature > 0 and sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         with torch.inference_mode(), context:
-            processors, meta = self._guided(sampling.guided_json, len(requests))
+            processors, metas = self._guided([r.sampling.guided_json for r in requests])
             output = self.model.generate(**inputs, generation_config=config, logits_processor=processors, **kwargs)
         latency = time.perf_counter() - start
 
@@ -207,10 +252,10 @@ class TransformersBackend:
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
         stops = set(self.stop_token_ids)
         generations = []
-        for row, request, adapter_name, n_prompt in zip(
-            output, requests, adapter_names, prompt_tokens
+        for row, request, adapter_name, n_prompt, meta in zip(
+            output, requests, adapter_names, prompt_tokens, metas
         ):
-            new = row[prompt_len:].tolist()
+            new = row[prompt_len:].tolist()[: request.sampling.max_new_tokens]
             # Tokens after the first stop token are padding of a finished row.
             length = next((j + 1 for j, t in enumerate(new) if t in stops), len(new))
             generations.append(
@@ -221,21 +266,18 @@ class TransformersBackend:
                     prompt_tokens=int(n_prompt),
                     completion_tokens=length,
                     latency_s=latency,
-                    meta=meta,
+                    meta={**meta, "batch_size": len(requests)} if len(requests) > 1 else meta,
                 )
             )
         return generations
 
-    def _guided(self, schema: str | None, batch: int) -> tuple[list, dict]:
-        """xgrammar logits processors that keep every answer inside ``schema``.
+    def _grammar(self, schema: str):
+        """The compiled xgrammar grammar for ``schema`` (cached), or an error string.
 
-        Grammars are compiled once per schema and cached; a schema xgrammar cannot compile
-        is reported in the Generation's meta and the call runs unconstrained.
+        A schema xgrammar cannot compile is reported in the Generation's meta and that row
+        runs unconstrained.
         """
-        if schema is None:
-            return [], {}
         import xgrammar as xgr
-        from xgrammar.contrib.hf import LogitsProcessor
 
         if schema not in self._grammars:
             if self._grammar_compiler is None:
@@ -249,10 +291,18 @@ class TransformersBackend:
                     schema, any_whitespace=False, separators=(", ", ": "))
             except Exception as err:  # an exotic tool schema: answer unconstrained, say so
                 self._grammars[schema] = f"{type(err).__name__}: {err}"
-        grammar = self._grammars[schema]
-        if isinstance(grammar, str):
-            return [], {"guided_json_error": grammar[:300]}
-        return [LogitsProcessor([grammar] * batch)], {}
+        return self._grammars[schema]
+
+    def _guided(self, schemas: list[str | None]) -> tuple[list, list[dict]]:
+        """Logits processors that keep each row inside its own schema (None: unconstrained)."""
+        grammars = [None if s is None else self._grammar(s) for s in schemas]
+        metas = [{"guided_json_error": g[:300]} if isinstance(g, str) else {} for g in grammars]
+        compiled = [None if isinstance(g, str) else g for g in grammars]
+        if all(g is None for g in compiled):
+            return [], metas
+        from heart.runtime.grammar import RowGrammarProcessor
+
+        return [RowGrammarProcessor(compiled, self.model.config.vocab_size)], metas
 
     def _generation_config(self, sampling: SamplingConfig) -> GenerationConfig:
         common = dict(

@@ -173,9 +173,7 @@ class OpenAIBackend:
         return Generation(
             text=text,
             backend=self.name,
-            # With a per-role model the model name is the adapter (vLLM multi-LoRA);
-            # with one model for every role nothing says an adapter served it.
-            adapter=model if self.model == PER_ROLE or isinstance(self.model, dict) else None,
+            adapter=_served_adapter(response, model, self.model),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             latency_s=latency,
@@ -262,6 +260,16 @@ class OpenAIBackend:
         if retry_after is not None:
             wait = max(wait, retry_after)
         return min(wait, MAX_BACKOFF_S)
+
+
+def _served_adapter(response: Any, model: str, configured: str | dict[str, str]) -> str | None:
+    """The adapter that answered: as ``heart serve`` reports it, else inferred from the model name."""
+    extra = response.model_extra or {}
+    if "heart_adapter" in extra:  # heart serve says which adapter (None: the base) answered
+        return extra["heart_adapter"]
+    # With a per-role model the model name is the adapter (vLLM multi-LoRA); with one
+    # model for every role nothing says an adapter served it.
+    return model if configured == PER_ROLE or isinstance(configured, dict) else None
 
 
 def _model_label(model: str | dict[str, str]) -> str:

@@ -1,0 +1,283 @@
+"""Role runtime on this CPU: batching and int8 vs today's one-call-at-a-time fp32, in one run.
+
+Every figure is a ratio of two measurements taken side by side in this process, so a shared
+machine slows both sides alike. The prompts are real role calls: the gold teacher runs a few
+BFCL dev tasks and its trace gives the exact messages each role was sent; four LoRA adapters
+(r=8, all-linear, seeded random lora_B so each changes the output, as a trained one would)
+serve the roles on SmolLM2-135M. Decoding is greedy and unconstrained (xgrammar costs ~5%).
+
+    OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens 32] [--batch 8]
+        [--episodes 2]     # also: BFCL dev episodes, sequential fp32 vs concurrent int8+batching
+
+Prints a JSON report (also written to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+ROLES = ("planner", "router", "primitive", "verifier")
+
+
+def harvest_requests(calls: int, new_tokens: int):
+    """Real role prompts, round-robin over roles, from gold-teacher episodes on BFCL dev tasks."""
+    from data.teachers import GoldTeacher
+    from heart.environments import load_environment
+    from heart.episode import run_episode
+    from heart.runtime.base import GenerationRequest, SamplingConfig
+    from heart.traces import TraceWriter, read_trace
+
+    env = load_environment("bfcl")
+    by_role: dict[str, list] = {r: [] for r in ROLES}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "gold.jsonl"
+        with TraceWriter(path) as writer:
+            for task_id in env.task_ids("dev")[:4]:
+                task = env.load_task(task_id)
+                run_episode(env, task, GoldTeacher(task, env.catalog()), trace=writer)
+        for row in read_trace(path):
+            if row["kind"] == "event" and row["role"] in by_role:
+                by_role[row["role"]].append(row["messages"])
+    sampling = SamplingConfig(max_new_tokens=new_tokens)
+    requests = []
+    for i in range(calls):
+        role = ROLES[i % 4]
+        requests.append(GenerationRequest(role, by_role[role][i // 4 % len(by_role[role])], sampling))
+    return requests
+
+
+def make_adapters(base_path: str, out: Path) -> dict[str, str]:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(base_path)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(0)
+        model = get_peft_model(base, config, adapter_name=ROLES[0])
+        for role in ROLES[1:]:
+            model.add_adapter(role, config)
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape) * 0.02)
+    model.save_pretrained(out)
+    return {role: str(out / role) for role in ROLES}
+
+
+def sequential(backend, requests):
+    """Today: one role call at a time."""
+    start = time.perf_counter()
+    outs = [backend.generate(r.role, r.messages, r.sampling) for r in requests]
+    return outs, time.perf_counter() - start
+
+
+def batched(backend, requests, batch: int):
+    """``batch`` concurrent clients (episodes) through the scheduler, each with its share of calls."""
+    from heart.runtime.scheduler import BatchingBackend
+
+    scheduler = BatchingBackend(backend, max_batch_size=batch, max_wait_s=0.5)
+    outs = [None] * len(requests)
+    everyone = threading.Barrier(batch)
+
+    def client(k):
+        with scheduler.client():
+            everyone.wait()
+            for i in range(k, len(requests), batch):
+                r = requests[i]
+                outs[i] = scheduler.generate(r.role, r.messages, r.sampling)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(batch) as pool:
+        list(pool.map(client, range(batch)))
+    wall = time.perf_counter() - start
+    stats = scheduler.stats()
+    scheduler.close()
+    return outs, wall, stats.mean_batch_size
+
+
+def agreement(reference, other, tokenizer) -> dict:
+    """Exact-match rate of whole answers and mean share of matching leading tokens."""
+    exact, prefix = 0, []
+    for a, b in zip(reference, other):
+        ta, tb = tokenizer(a.text)["input_ids"], tokenizer(b.text)["input_ids"]
+        exact += a.text == b.text
+        same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+        prefix.append(same / max(len(ta), 1))
+    return {"exact_match": round(exact / len(reference), 3),
+            "token_prefix_agreement": round(sum(prefix) / len(prefix), 3), "n": len(reference)}
+
+
+def tok_s(outs, wall: float) -> float:
+    return sum(g.completion_tokens for g in outs) / wall
+
+
+def switch_cost(backend, request) -> dict:
+    """set_adapter ÷ one decoding step (batch 1, after the prompt's prefill)."""
+    import torch
+
+    model, tok = backend.model, backend.tokenizer
+    ids = tok(backend.render(request.messages), return_tensors="pt", add_special_tokens=False)
+    with torch.inference_mode():
+        out = model(**ids, use_cache=True)
+        past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        times = []
+        for _ in range(8):
+            t = time.perf_counter()
+            # Same position each time (crop the cache back): a steady single decode step.
+            model(input_ids=nxt, past_key_values=past, use_cache=True)
+            past.crop(-1)
+            times.append(time.perf_counter() - t)
+        step = sorted(times)[len(times) // 2]
+    switches = []
+    for i in range(20):
+        t = time.perf_counter()
+        model.set_adapter(ROLES[i % 4])
+        switches.append(time.perf_counter() - t)
+    backend._active_adapter = ROLES[19 % 4]
+    switch = sorted(switches)[len(switches) // 2]
+    return {"set_adapter_ms": round(switch * 1e3, 2), "decode_step_ms": round(step * 1e3, 2),
+            "switch_over_step": round(switch / step, 3)}
+
+
+def mixed_vs_single(backend, requests, batch: int) -> dict:
+    """Same prompts, one batch: rows served by four different adapters vs all by one."""
+    import dataclasses
+
+    rows = requests[:batch]
+    single = [dataclasses.replace(r, role="planner") for r in rows]
+    backend.generate_batch(rows[:2])  # warm-up
+    t = time.perf_counter(); outs_single = backend.generate_batch(single); t_single = time.perf_counter() - t
+    t = time.perf_counter(); outs_mixed = backend.generate_batch(rows); t_mixed = time.perf_counter() - t
+    return {"mixed_tok_s": round(tok_s(outs_mixed, t_mixed), 2), "single_tok_s": round(tok_s(outs_single, t_single), 2),
+            "mixed_over_single": round(tok_s(outs_mixed, t_mixed) / tok_s(outs_single, t_single), 3)}
+
+
+def memory(backend_fp32, backend_int8, base_path: str) -> dict:
+    """Parameter + buffer bytes resident for serving (what the weights occupy)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    def state_bytes(model) -> int:
+        total = 0
+        for value in model.state_dict().values():
+            if isinstance(value, torch.Tensor):
+                total += value.numel() * value.element_size()
+            elif isinstance(value, tuple):  # packed int8 weights: (weight, bias)
+                total += sum(v.numel() * v.element_size() for v in value if isinstance(v, torch.Tensor))
+        return total
+
+    base = state_bytes(AutoModelForCausalLM.from_pretrained(base_path))
+    with_adapters = state_bytes(backend_fp32.model)
+    int8 = state_bytes(backend_int8.model)
+    mib = 2**20
+    return {"base_MiB": round(base / mib, 1), "base_plus_4_adapters_MiB": round(with_adapters / mib, 1),
+            "four_merged_MiB": round(4 * base / mib, 1), "int8_base_plus_4_adapters_MiB": round(int8 / mib, 1),
+            "plus_adapters_over_base": round(with_adapters / base, 3),
+            "plus_adapters_over_four_merged": round(with_adapters / (4 * base), 3),
+            "int8_plus_adapters_over_four_merged": round(int8 / (4 * base), 3)}
+
+
+def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) -> dict:
+    """BFCL dev episodes: sequential fp32 episodes vs concurrent int8 episodes through the scheduler."""
+    from heart.environments import load_environment
+    from heart.episode import run_episode
+    from heart.loop import LoopConfig
+    from heart.runtime.base import SamplingConfig
+    from heart.runtime.hf import TransformersBackend
+    from heart.runtime.scheduler import BatchingBackend
+
+    env = load_environment("bfcl")
+    tasks = [env.load_task(t) for t in env.task_ids("dev")[:n]]
+    config = LoopConfig(replan_budget=0, max_clarifications=0, max_plan_steps=2, constrained=True)
+    sampling = {r: SamplingConfig(max_new_tokens=max_new_tokens) for r in ROLES}
+    today = TransformersBackend("smollm2-135m", adapters=adapters)
+    t = time.perf_counter()
+    for task in tasks:
+        run_episode(env, task, today, config=config, sampling=sampling)
+    t_today = time.perf_counter() - t
+    fast = BatchingBackend(TransformersBackend("smollm2-135m", adapters=adapters, quantize="int8"),
+                           max_batch_size=batch)
+
+    def one(task):
+        with fast.client():
+            run_episode(env, task, fast, config=config, sampling=sampling)
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(len(tasks)) as pool:
+        list(pool.map(one, tasks))
+    t_fast = time.perf_counter() - t
+    return {"n_tasks": n, "settings": "budget 0, plans <= 2 steps, constrained, "
+            f"max_new_tokens {max_new_tokens}", "today_s": round(t_today, 1), "int8_batched_s": round(t_fast, 1),
+            "mean_batch": round(fast.stats().mean_batch_size, 2), "ratio": round(t_fast / t_today, 3)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=16, help="role calls per measurement (round-robin roles)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="max new tokens per call")
+    parser.add_argument("--batch", type=int, default=8, help="concurrent clients / batch size")
+    parser.add_argument("--episodes", type=int, default=0, help="BFCL dev episodes to time (0: skip)")
+    parser.add_argument("--only-episodes", action="store_true", help="skip the call-level measurements")
+    parser.add_argument("--out", default=str(REPO / "bench" / "runtime.json"))
+    args = parser.parse_args()
+
+    import torch
+
+    from heart.models import prepare_smollm2
+    from heart.runtime.hf import TransformersBackend
+
+    base_path = str(prepare_smollm2())
+    report: dict = {"machine": "2-core CPU shared with other jobs", "torch_threads": torch.get_num_threads(),
+                    "calls": args.calls, "new_tokens": args.new_tokens, "batch": args.batch}
+    requests = harvest_requests(args.calls, args.new_tokens)
+    with tempfile.TemporaryDirectory() as tmp:
+        adapters = make_adapters(base_path, Path(tmp))
+        if args.only_episodes:
+            report["episodes"] = episodes(adapters, args.episodes, args.batch, 128)
+            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+            print(json.dumps(report, indent=2))
+            return 0
+        fp32 = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch)
+        int8 = TransformersBackend("smollm2-135m", adapters=adapters, quantize="int8", max_batch_size=args.batch)
+        report["prompt_tokens_mean"] = round(sum(len(fp32.tokenizer(fp32.render(r.messages))["input_ids"])
+                                                 for r in requests) / len(requests))
+        fp32.generate("planner", requests[0].messages, requests[0].sampling)  # warm-up both
+        int8.generate("planner", requests[0].messages, requests[0].sampling)
+        runs = {}
+        runs["fp32_sequential"] = sequential(fp32, requests)
+        runs["int8_sequential"] = sequential(int8, requests)
+        runs["fp32_batched"] = batched(fp32, requests, args.batch)
+        runs["int8_batched"] = batched(int8, requests, args.batch)
+        base_outs, base_wall = runs["fp32_sequential"]
+        base_rate = tok_s(base_outs, base_wall)
+        report["throughput"] = {}
+        for name, (outs, wall, *rest) in runs.items():
+            report["throughput"][name] = {"tok_s": round(tok_s(outs, wall), 2), "wall_s": round(wall, 1),
+                                          "over_today": round(tok_s(outs, wall) / base_rate, 2),
+                                          **({"mean_batch": round(rest[0], 2)} if rest else {}),
+                                          "agreement_with_fp32_sequential": agreement(base_outs, outs, fp32.tokenizer)}
+        print(json.dumps(report["throughput"], indent=1), flush=True)
+        report["switch_cost"] = switch_cost(fp32, requests[0])
+        report["mixed_vs_single_adapter_batch"] = mixed_vs_single(fp32, requests, args.batch)
+        report["memory"] = memory(fp32, int8, base_path)
+        del fp32, int8
+        if args.episodes:
+            report["episodes"] = episodes(adapters, args.episodes, args.batch, 128)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
