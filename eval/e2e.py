@@ -69,6 +69,8 @@ class E2EConfig:
     gold teacher's phrasing)."""
     limit: int | None = None
     """Only the first N tasks of the split."""
+    tasks: tuple[str, ...] = ()
+    """Only these tasks (each must belong to ``split``: held-out discipline)."""
     concurrency: int = 4
     """Episodes in flight at once."""
     budget: int = 3
@@ -153,9 +155,16 @@ def episode_row(task_id: str, seed: int, events: list[dict[str, Any]], record: A
     }
 
 
+def gold_teacher(task, environment, seed: int) -> Backend:
+    from data.teachers import GoldTeacher
+
+    return GoldTeacher(task, environment.catalog(), seed=seed)
+
+
 def run_one(environment, task_id: str, seed: int, backend: Backend | None, models: RoleModels,
-            config: E2EConfig) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One episode → (its row, its trace rows). Never raises."""
+            config: E2EConfig, teacher_for_task=gold_teacher) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One episode → (its row, its trace rows). Never raises. Without a shared backend the
+    teacher is built per task (``teacher_for_task(task, environment, seed)``)."""
     from heart.episode import run_episode
     from heart.loop import LoopConfig
 
@@ -174,9 +183,7 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
     try:
         task = environment.load_task(task_id)
         if backend is None:  # the gold teacher answers from this task's gold calls
-            from data.teachers import GoldTeacher
-
-            backend = GoldTeacher(task, environment.catalog(), seed=seed)
+            backend = teacher_for_task(task, environment, seed)
         result = run_episode(environment, task, backend, config=loop_config, trace=events, seed=seed,
                              sampling=sampling)
     except Exception as err:  # infrastructure (out of memory, a crashed server, a broken tool env)
@@ -212,7 +219,10 @@ def summarize_episodes(rows: list[dict[str, Any]], seeds: Sequence[int], seed: i
             "per_task_score": {task: float(np.mean([r["score"] for r in runs])) for task, runs in by_task.items()}}
 
 
-def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None) -> dict[str, Any]:
+def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,
+        teacher_for_task=gold_teacher) -> dict[str, Any]:
+    """Run every (task, seed) of ``config``; write and return the results. ``backend``
+    replaces the one ``config.roles_spec`` names (tests pass scripted ones)."""
     from tqdm import tqdm
 
     from eval.provenance import provenance
@@ -220,6 +230,11 @@ def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | Non
     models = resolve_role_models(config.roles_spec, config.model)
     environment = load_environment(config.env, config.category)
     task_ids = environment.task_ids(config.split)
+    if config.tasks:
+        outside = [t for t in config.tasks if t not in task_ids]
+        if outside:
+            raise ValueError(f"task(s) {outside} are not in the {config.split!r} split of {config.env}")
+        task_ids = list(config.tasks)
     if config.limit is not None:
         task_ids = task_ids[:config.limit]
     if not task_ids:
@@ -237,7 +252,7 @@ def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | Non
     with open(out / EPISODES, "w", encoding="utf-8") as episodes, open(out / TRACE, "w", encoding="utf-8") as trace, \
             ThreadPoolExecutor(max_workers=config.concurrency) as pool, \
             tqdm(total=len(jobs), desc=f"e2e {config.env}", unit="ep") as progress:
-        futures = [pool.submit(run_one, environment, t, s, backend, models, config) for t, s in jobs]
+        futures = [pool.submit(run_one, environment, t, s, backend, models, config, teacher_for_task) for t, s in jobs]
         for future in as_completed(futures):
             row, events = future.result()
             rows.append(row)
@@ -274,6 +289,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--limit", type=int, help="first N tasks of the split")
+    parser.add_argument("--task", action="append", default=[], help="only this task of the split (repeatable)")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--budget", type=int, default=3, help="re-plan budget B (multi-turn)")
     parser.add_argument("--max-clarifications", type=int, default=2)
@@ -294,6 +310,7 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
         raise ValueError(f"--seeds must be distinct, got {args.seeds}")
     return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
                      roles_spec=args.roles_spec, model=args.model, seeds=tuple(args.seeds), limit=args.limit,
+                     tasks=tuple(args.task),
                      concurrency=args.concurrency, budget=args.budget, max_clarifications=args.max_clarifications,
                      max_plan_steps=args.max_plan_steps, retrieve_k=args.retrieve_k,
                      max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -72,7 +72,9 @@ def binding_value(value: Any) -> Any:
     compared by value (3 == 3.0), containers element-wise."""
     if isinstance(value, str):
         return _reference(value) or value.strip()
-    if isinstance(value, bool) or value is None:
+    if isinstance(value, bool):
+        return ("bool", value)  # True is not the number 1 here, though Python says True == 1
+    if value is None:
         return value
     if isinstance(value, (int, float)):
         return float(value)
