@@ -172,8 +172,10 @@ def lift_section(figures: dict[str, Any]) -> list[str]:
 
 
 def provenance_section(results: list[dict[str, Any]]) -> list[str]:
-    lines = ["## How this was made", "", "Commands (in the order of the columns above):", "", "```bash"]
-    lines += [r["provenance"]["command"] for _, r in _columns(results)]
+    lines = ["## How this was made", "", "Commands, per column (runs made through the Python API show that "
+             "process's command line; their full config is in the result file):", "", "```bash"]
+    for name, r in _columns(results):
+        lines += [f"# {r['kind']}: {name}  ({r['_folder']})", r["provenance"]["command"]]
     lines += ["```", ""]
     first = results[0]["provenance"]
     lines += [f"Code commit `{first.get('commit')}`; versions: "
@@ -228,15 +230,18 @@ def plot_roles(results: list[dict[str, Any]], path: Path) -> bool:
             low.append(100 * (v - f["low"]) if f.get("low") is not None else 0)
             high.append(100 * (f["high"] - v) if f.get("high") is not None else 0)
         bars = ax.bar(x + (i - (len(columns) - 1) / 2) * width, values, width, yerr=[low, high], capsize=3, label=name)
-        for bar, role in zip(bars, ROLES):
+        for bar, role, value in zip(bars, ROLES, values):
             n = (r["figures"].get(role, {}).get(HEADLINE[role]) or {}).get("n")
             if n is not None:
                 ax.annotate(f"n={n}", (bar.get_x() + bar.get_width() / 2, 1), ha="center", va="bottom", fontsize=7)
+            if not np.isnan(value):
+                ax.annotate(f"{value:.0f}", (bar.get_x() + bar.get_width() / 2, min(value, 100) + 1),
+                            ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, [f"{role}\n{HEADLINE[role]}" for role in ROLES], fontsize=8)
     ax.set_ylabel("% (95% bootstrap interval)")
-    ax.set_ylim(0, 105)
+    ax.set_ylim(0, 110)
     ax.set_title("Primary held-out metric per role")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(columns), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
