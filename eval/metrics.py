@@ -248,3 +248,22 @@ def summarize(role: str, rows: list[dict[str, Any]], seed: int = 0) -> dict[str,
     for name, (columns, statistic) in {**METRICS[role], **COMMON}.items():
         figures[name] = bootstrap(_column(rows, *columns), statistic, seed=seed)
     return figures
+
+
+def _example_key(row: dict[str, Any]) -> tuple:
+    return (row.get("episode_id"), row.get("turn"), row.get("attempt"), row.get("step"))
+
+
+def paired_difference(role: str, metric: str, base_rows: list[dict[str, Any]], other_rows: list[dict[str, Any]],
+                      seed: int = 0) -> Estimate:
+    """``metric`` of ``other_rows`` minus that of ``base_rows`` on the examples both scored,
+    with a paired bootstrap interval (the same examples resampled for both sides)."""
+    columns, statistic = {**METRICS[role], **COMMON}[metric]
+    base = {_example_key(r): r for r in base_rows if not r.get("errored")}
+    other = {_example_key(r): r for r in other_rows if not r.get("errored")}
+    common = [k for k in base if k in other
+              and all(base[k].get(c) is not None and other[k].get(c) is not None for c in columns)]
+    width = len(columns)
+    data = np.asarray([[base[k][c] for c in columns] + [other[k][c] for c in columns] for k in common],
+                      dtype=float).reshape(len(common), 2 * width)
+    return bootstrap(data, lambda d: statistic(d[:, width:]) - statistic(d[:, :width]), seed=seed)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from eval.formats import ROLES
-from eval.metrics import HEADLINE, RATES
+from eval.metrics import HEADLINE, RATES, paired_difference
 from eval.stats import Estimate, lifts, mean_lift, rel_lift95, rr0, worst_lift
 
 ORDER = {"base": 0, "distilled": 1, "teacher": 2}
@@ -73,6 +73,14 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _examples(result: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    path = Path(result["_folder"]) / "roles_examples.jsonl"
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["role"] == role]
+
+
 def role_tables(results: list[dict[str, Any]]) -> list[str]:
     columns = _columns([r for r in results if r["kind"] == "roles"])
     if not columns:
@@ -91,6 +99,16 @@ def role_tables(results: list[dict[str, Any]]) -> list[str]:
         counts = [f"{r['counts'][role]['rows']} / {r['counts'][role]['errored']} / "
                   f"{r['counts'][role]['target_unparsed']}" for _, r in present]
         rows.append(["rows / errored / unreadable targets", *counts])
+        base = next((r for _, r in present if r["label"] == "base"), None)
+        if base is not None and len(present) > 1:
+            cells = []
+            for _, r in present:
+                if r is base:
+                    cells.append("–")
+                    continue
+                diff = paired_difference(role, HEADLINE[role], _examples(base, role), _examples(r, role))
+                cells.append(diff.format(100, 1) if diff.value is not None else "–")
+            rows.append([f"Δ {HEADLINE[role]} vs base (paired, points)", *cells])
         lines += _table(["metric", *[name for name, _ in present]], rows) + [""]
     return lines
 

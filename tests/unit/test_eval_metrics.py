@@ -182,3 +182,16 @@ def test_canonical_maps_pre_issue_7_outputs_onto_appendix_d_names():
                                                   "feedback": "x"}
     new = verdict("PASS")
     assert canonical("verifier", new) == new and canonical("verifier", None) is None
+
+
+def test_paired_difference_pairs_examples_by_key():
+    from eval.metrics import paired_difference
+
+    def row(i, em):
+        return {"episode_id": "e", "turn": 0, "attempt": 0, "step": i, "arguments_em": em, "errored": False}
+
+    base = [row(1, 0), row(2, 1), row(3, 0), row(4, 0)]
+    distilled = [row(1, 1), row(2, 1), row(3, 1), row(4, 0), row(5, 1)]  # step 5 has no base: left out
+    diff = paired_difference("primitive", "arguments_em", base, distilled)
+    assert diff.value == pytest.approx(0.5) and diff.n == 4
+    assert 0.0 <= diff.low <= 0.5 <= diff.high <= 1.0  # differences per pair are 0 or 1

@@ -139,5 +139,6 @@ def test_report_renders_tables_plots_and_provenance(heldout, tmp_path):
     assert "**tool_sequence_em** | 0.0 [0.0, 0.0]" in text and "100.0 [100.0, 100.0]" in text
     assert "### bfcl/simple/test" in text and "Lift_s" in text and "+50.0" in text
     assert "heart eval roles --roles base" in text and "fingerprint" in text
+    assert "Δ tool_sequence_em vs base (paired, points)" in text
     assert (tmp_path / "report" / "roles.png").stat().st_size > 0
     assert (tmp_path / "report" / "lift.png").stat().st_size > 0
