@@ -9,6 +9,9 @@
     heart train --recipe recipes/smollm2-135m/roles.yaml [--roles planner,router]
     heart serve --adapter planner=PATH ... [--port 8000]   OpenAI-compatible, model name = role
     heart check parity --adapters DIR          peft vs vLLM vs int8, token for token, per role
+    heart eval roles --data DATASETS --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR
+    heart eval e2e --env bfcl --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR [--limit N]
+    heart report RUN... --out DIR              markdown page + PNG plots from eval results
 
 Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
 """
@@ -205,6 +208,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Per-role and end-to-end evaluation (eval/ is imported here, never at module level)."""
+    full = ["eval", args.action, *args.rest]
+    if args.action == "roles":
+        from eval.roles import main as roles_main
+
+        return roles_main(args.rest, full)
+    from eval.e2e import main as e2e_main
+
+    return e2e_main(args.rest, full)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from eval.report import main as report_main
+
+    return report_main(args.rest, ["report", *args.rest])
+
+
 def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
     p.add_argument("--model", default=model_default,
@@ -314,6 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     _serve_parser(sub)
     _check_parser(sub)
+    p = sub.add_parser("eval", help="evaluate roles on held-out inputs, or the whole loop end to end")
+    p.add_argument("action", choices=["roles", "e2e"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="see heart eval roles --help / heart eval e2e --help")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", help="one markdown page with tables and plots from eval results")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="see heart report --help")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -1,0 +1,343 @@
+"""End-to-end evaluation: the whole HEART loop on held-out tasks, scored by the benchmark.
+
+    heart eval e2e --env bfcl --split test --roles base --limit 2 --out runs/NAME/eval/e2e-base
+    heart eval e2e --env bfcl --category simple --split test --roles runs/NAME/adapters --out …
+    heart eval e2e --env agentdojo --split test --roles teacher:gold --seeds 0 1 2 --out …
+
+Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's own checker
+(BFCL's multi-turn checker, BFCL's AST checker for the single-turn categories via
+:mod:`eval.bfcl_ast`, AgentDojo's utility check). Episodes run concurrently in threads, so
+a batching or remote backend serves several at once; an in-process transformers model is
+not thread-safe and answers one call at a time.
+
+An episode is *errored* — infrastructure, not the model — when it raises, when its record
+says so (``EpisodeRecord.errored``), when a role call failed inside the backend (the loop
+records it as "backend error: …"), or when BFCL's checker crashed. Errored episodes are
+counted and listed, never scored as failures; a run where every episode errored exits 1.
+
+Writes ``<out>/e2e.json`` (figures with bootstrap intervals over tasks and n, pass^k over
+seeds, provenance), ``<out>/episodes.jsonl`` (one row per episode: score, tokens, role
+calls, wall time) and ``<out>/trace.jsonl`` (every role call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from eval.bfcl_ast import AST_CATEGORIES
+from eval.formats import ROLES
+from eval.models import RoleModels, resolve_role_models, shared_backend
+from eval.stats import bootstrap, pass_hat_k
+from heart.runtime.base import Backend, Generation, GenerationRequest, Message, SamplingConfig
+
+RESULTS = "e2e.json"
+EPISODES = "episodes.jsonl"
+TRACE = "trace.jsonl"
+BACKEND_ERROR = "backend error:"
+"""How heart.calls records a role call whose backend raised."""
+
+
+@dataclass
+class E2EConfig:
+    """One ``heart eval e2e`` run."""
+
+    env: str
+    """bfcl or agentdojo."""
+    out: str
+    """Where e2e.json, episodes.jsonl and trace.jsonl go."""
+    category: str | None = None
+    """BFCL category: a multi-turn one (default multi_turn_base) or simple, multiple,
+    parallel, parallel_multiple (single-turn, AST-checked)."""
+    split: str = "test"
+    roles_spec: str = "base"
+    """base | an adapters folder | teacher:SPEC (see eval.models)."""
+    model: str = "smollm2-135m"
+    seeds: tuple[int, ...] = (0,)
+    """One episode per task per seed (seeds vary sampling when temperature > 0, and the
+    gold teacher's phrasing)."""
+    limit: int | None = None
+    """Only the first N tasks of the split."""
+    tasks: tuple[str, ...] = ()
+    """Only these tasks (each must belong to ``split``: held-out discipline)."""
+    concurrency: int = 4
+    """Episodes in flight at once."""
+    budget: int = 3
+    max_clarifications: int = 2
+    max_plan_steps: int = 6
+    retrieve_k: int = 10
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    constrained: bool = True
+    seed: int = 0
+    """Seed of the bootstrap."""
+
+
+class SerializedBackend:
+    """A lock around a backend that must not serve two threads at once (an in-process model)."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.name = backend.name
+        self._lock = threading.Lock()
+
+    def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
+        with self._lock:
+            return self.backend.generate(role, messages, sampling)
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        with self._lock:
+            return self.backend.generate_batch(requests)
+
+
+class EpisodeEvents:
+    """A per-episode trace sink (threads never share a file handle); flushed by the caller."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def write(self, item: Any) -> None:
+        self.rows.append(item if isinstance(item, dict) else dataclasses.asdict(item))
+
+
+def load_environment(env: str, category: str | None):
+    if env == "bfcl" and category in AST_CATEGORIES:
+        from eval.bfcl_ast import BFCLASTEnvironment
+
+        return BFCLASTEnvironment(category)
+    from heart.environments import load_environment as load
+
+    if env == "bfcl":
+        return load("bfcl", category=category or "multi_turn_base")
+    if category is not None:
+        raise ValueError(f"--category applies to bfcl only, not {env!r}")
+    return load(env)
+
+
+def infrastructure_error(record: Any, events: list[dict[str, Any]]) -> str | None:
+    """Why an episode says nothing about the model, or None when it is a fair measurement."""
+    if getattr(record, "errored", False):  # EpisodeRecord.errored (set by the loop, when it can)
+        return record.error or "episode record marked errored"
+    backend_errors = [e["parse_error"] for e in events
+                      if e.get("kind") != "episode" and (e.get("parse_error") or "").startswith(BACKEND_ERROR)]
+    if backend_errors:
+        return f"{len(backend_errors)} role call(s) failed in the backend: {backend_errors[0]}"
+    error_type = str((record.checker or {}).get("error_type") or "")
+    if error_type.startswith("checker_exception"):
+        return f"the benchmark's checker crashed: {error_type}: {record.checker.get('error_message', '')}"[:500]
+    return None
+
+
+def episode_row(task_id: str, seed: int, events: list[dict[str, Any]], record: Any, wall_s: float,
+                error: str | None) -> dict[str, Any]:
+    calls = [e for e in events if e.get("kind") != "episode"]
+    per_role = Counter(e["role"] for e in calls)
+    return {
+        "task_id": task_id, "seed": seed, "errored": error is not None, "error": error,
+        "score": None if error else record.score, "success": None if error else record.success,
+        "verdicts": getattr(record, "verdicts", None), "replans_used": getattr(record, "replans_used", None),
+        "checker": getattr(record, "checker", None), "wall_s": round(wall_s, 3),
+        "prompt_tokens": sum(e["prompt_tokens"] for e in calls),
+        "completion_tokens": sum(e["completion_tokens"] for e in calls),
+        "role_calls": sum(per_role.values()), **{f"{role}_calls": per_role.get(role, 0) for role in ROLES},
+        "parse_failures": sum(1 for e in calls if e.get("parse_error")),
+    }
+
+
+def gold_teacher(task, environment, seed: int) -> Backend:
+    from data.teachers import GoldTeacher
+
+    return GoldTeacher(task, environment.catalog(), seed=seed)
+
+
+def run_one(environment, task_id: str, seed: int, backend: Backend | None, models: RoleModels,
+            config: E2EConfig, teacher_for_task=gold_teacher) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One episode → (its row, its trace rows). Never raises. Without a shared backend the
+    teacher is built per task (``teacher_for_task(task, environment, seed)``)."""
+    from heart.episode import run_episode
+    from heart.loop import LoopConfig
+
+    start = time.perf_counter()
+    events = EpisodeEvents()
+    single_turn = config.category in AST_CATEGORIES
+    loop_config = LoopConfig(
+        # A single-turn BFCL answer is the one set of calls an attempt makes: a re-plan
+        # would add calls that the AST checker counts against it.
+        replan_budget=0 if single_turn else config.budget,
+        max_clarifications=config.max_clarifications, retrieve_k=config.retrieve_k,
+        max_plan_steps=config.max_plan_steps, short_prompts=models.short_prompts,
+        constrained=config.constrained)
+    sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                  seed=seed if config.temperature > 0 else None) for r in ROLES}
+    try:
+        task = environment.load_task(task_id)
+        if backend is None:  # the gold teacher answers from this task's gold calls
+            backend = teacher_for_task(task, environment, seed)
+        result = run_episode(environment, task, backend, config=loop_config, trace=events, seed=seed,
+                             sampling=sampling)
+    except Exception as err:  # infrastructure (out of memory, a crashed server, a broken tool env)
+        error = f"{type(err).__name__}: {err}"[:500]
+        return episode_row(task_id, seed, events.rows, None, time.perf_counter() - start, error), events.rows
+    error = infrastructure_error(result.record, events.rows)
+    return episode_row(task_id, seed, events.rows, result.record, time.perf_counter() - start, error), events.rows
+
+
+def summarize_episodes(rows: list[dict[str, Any]], seeds: Sequence[int], seed: int = 0) -> dict[str, Any]:
+    """Figures over tasks (per-task means over seeds, errored episodes left out), each with
+    a bootstrap interval over tasks and n; pass^k for k = 1..#seeds over tasks with every
+    seed measured."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if not row["errored"]:
+            by_task[row["task_id"]].append(row)
+
+    def per_task(key: str) -> np.ndarray:
+        return np.array([np.mean([r[key] for r in runs]) for runs in by_task.values()], dtype=float)
+
+    figures = {"success_rate": bootstrap(per_task("score"), seed=seed).to_dict()}
+    for key in ("prompt_tokens", "completion_tokens", "role_calls", "wall_s", "parse_failures",
+                *(f"{r}_calls" for r in ROLES)):
+        figures[f"{key}_per_task"] = bootstrap(per_task(key), seed=seed).to_dict()
+    complete = [runs for runs in by_task.values() if len(runs) == len(seeds)]
+    pass_k = {}
+    for k in range(1, len(seeds) + 1):
+        if complete:
+            pass_k[str(k)] = {"value": pass_hat_k([sum(bool(r["success"]) for r in runs) for runs in complete],
+                                                  [len(runs) for runs in complete], k), "n": len(complete)}
+    return {"figures": figures, "pass_hat_k": pass_k,
+            "per_task_score": {task: float(np.mean([r["score"] for r in runs])) for task, runs in by_task.items()}}
+
+
+def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,
+        teacher_for_task=gold_teacher) -> dict[str, Any]:
+    """Run every (task, seed) of ``config``; write and return the results. ``backend``
+    replaces the one ``config.roles_spec`` names (tests pass scripted ones)."""
+    from tqdm import tqdm
+
+    from eval.provenance import provenance
+
+    models = resolve_role_models(config.roles_spec, config.model)
+    environment = load_environment(config.env, config.category)
+    task_ids = environment.task_ids(config.split)
+    if config.tasks:
+        outside = [t for t in config.tasks if t not in task_ids]
+        if outside:
+            raise ValueError(f"task(s) {outside} are not in the {config.split!r} split of {config.env}")
+        task_ids = list(config.tasks)
+    if config.limit is not None:
+        task_ids = task_ids[:config.limit]
+    if not task_ids:
+        raise ValueError(f"no {config.env} task in split {config.split!r}")
+    if backend is None:
+        backend = shared_backend(models)
+        in_process = models.teacher is None or models.teacher.startswith("hf:")
+        if backend is not None and in_process:
+            backend = SerializedBackend(backend)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [(task_id, seed) for seed in config.seeds for task_id in task_ids]
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with open(out / EPISODES, "w", encoding="utf-8") as episodes, open(out / TRACE, "w", encoding="utf-8") as trace, \
+            ThreadPoolExecutor(max_workers=config.concurrency) as pool, \
+            tqdm(total=len(jobs), desc=f"e2e {config.env}", unit="ep") as progress:
+        futures = [pool.submit(run_one, environment, t, s, backend, models, config, teacher_for_task) for t, s in jobs]
+        for future in as_completed(futures):
+            row, events = future.result()
+            rows.append(row)
+            episodes.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            for event in events:
+                trace.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+            scored = [r for r in rows if not r["errored"]]
+            progress.set_postfix(success=f"{np.mean([r['score'] for r in scored]):.0%}" if scored else "-",
+                                 errored=len(rows) - len(scored))
+            progress.update(1)
+    rows.sort(key=lambda r: (r["seed"], task_ids.index(r["task_id"])))
+    summary = summarize_episodes(rows, config.seeds, config.seed)
+    results = {
+        "kind": "e2e", "label": models.label, "roles_spec": models.spec, "model": models.model,
+        "env": config.env, "category": config.category or ("multi_turn_base" if config.env == "bfcl" else None),
+        "config": dataclasses.asdict(config), **summary,
+        "counts": {"episodes": len(rows), "errored": sum(r["errored"] for r in rows), "tasks": len(task_ids),
+                   "wall_s": round(time.perf_counter() - started, 3)},
+        "errored": [{"task_id": r["task_id"], "seed": r["seed"], "error": r["error"]} for r in rows if r["errored"]],
+        "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
+                     for role, path in models.adapters.items()},
+        "backend": getattr(backend, "name", "gold"), "provenance": provenance(argv),
+    }
+    (out / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
+    parser.add_argument("--category", help="bfcl: multi_turn_base (default), multi_turn_long_context, "
+                                           f"or single-turn {', '.join(AST_CATEGORIES)}")
+    parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    parser.add_argument("--roles", dest="roles_spec", default="base", help="base | ADAPTERS_DIR | teacher:SPEC")
+    parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--limit", type=int, help="first N tasks of the split")
+    parser.add_argument("--task", action="append", default=[], help="only this task of the split (repeatable)")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--budget", type=int, default=3, help="re-plan budget B (multi-turn)")
+    parser.add_argument("--max-clarifications", type=int, default=2)
+    parser.add_argument("--max-plan-steps", type=int, default=6)
+    parser.add_argument("--retrieve-k", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--no-constrain", action="store_true")
+    parser.add_argument("--out", required=True)
+
+
+def config_from_args(args: argparse.Namespace) -> E2EConfig:
+    for name in ("limit", "concurrency"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be >= 1, got {value}")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise ValueError(f"--seeds must be distinct, got {args.seeds}")
+    return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
+                     roles_spec=args.roles_spec, model=args.model, seeds=tuple(args.seeds), limit=args.limit,
+                     tasks=tuple(args.task),
+                     concurrency=args.concurrency, budget=args.budget, max_clarifications=args.max_clarifications,
+                     max_plan_steps=args.max_plan_steps, retrieve_k=args.retrieve_k,
+                     max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                     constrained=not args.no_constrain)
+
+
+def main(argv: list[str], full_argv: list[str] | None = None) -> int:
+    from eval.stats import Estimate
+
+    parser = argparse.ArgumentParser(prog="heart eval e2e", description="end-to-end evaluation on held-out tasks")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+        results = run(config, argv=full_argv)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    counts = results["counts"]
+    print(f"  success {Estimate(**results['figures']['success_rate']).format(100)} over tasks; "
+          f"{counts['errored']}/{counts['episodes']} episodes errored")
+    for k, p in results["pass_hat_k"].items():
+        print(f"  pass^{k} {100 * p['value']:.1f} (n={p['n']} tasks)")
+    for item in results["errored"][:5]:
+        print(f"  errored: {item['task_id']} seed {item['seed']}: {item['error']}", file=sys.stderr)
+    print(f"wrote {Path(config.out) / RESULTS}")
+    if counts["errored"] == counts["episodes"]:
+        print("error: every episode errored (infrastructure): nothing measures the model", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,269 @@
+"""Per-role metrics: a target answer (the teacher's) against a prediction (the model's).
+
+Each ``<role>_scores`` function is pure: it takes parsed outputs in the Appendix D names
+(:mod:`eval.formats`; ``prediction`` is None when the model's answer did not parse) and
+returns the per-example columns; :func:`summarize` turns a role's rows into its figures,
+each with a bootstrap 95% interval and n (:mod:`eval.stats`).
+
+- Planner: valid-output rate, sufficiency decision accuracy, tool-sequence exact match,
+  tool precision / recall / F1 (micro, over tool multisets);
+- Router: per-argument and per-step exact match of bindings (``$step_j.field`` references
+  compared symbolically: ``$step_1.x`` is ``$step_1.result.x``, as the loop resolves it),
+  h-params validity (retry in [1, 5], priority low | normal | high, integer timeout_s > 0);
+- Primitive: exact match of arguments after schema normalisation (the loop's own binding:
+  coercion, enum matching, defaults), failure-type accuracy (the outcome of binding the
+  prediction vs the target's, on examples whose target is a failure);
+- Verifier: verdict accuracy against the environment's label, precision / recall / F1 with
+  FAIL as the positive class, per-criterion accuracy against the teacher's criteria;
+- every role: parse-failure rate, prompt and completion tokens per call, latency per call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+from eval.formats import CRITERIA, PRIORITIES
+from eval.stats import Estimate, bootstrap, micro_prf, ratio
+
+HEADLINE = {"planner": "tool_sequence_em", "router": "binding_step_em",
+            "primitive": "arguments_em", "verifier": "verdict_accuracy"}
+"""Each role's primary held-out metric (the one the report leads with)."""
+
+
+# -- Planner -----------------------------------------------------------------------------
+
+def plan_tools(output: dict[str, Any] | None) -> list[str]:
+    if not output or output.get("status") != "SUFFICIENT":
+        return []
+    return [step.get("tool_hint") for step in output.get("plan") or []]
+
+
+def planner_scores(target: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
+    gold, predicted = plan_tools(target), plan_tools(prediction)
+    overlap = sum((Counter(gold) & Counter(predicted)).values())
+    same_status = prediction is not None and prediction.get("status") == target.get("status")
+    return {
+        "sufficiency_correct": int(same_status),
+        "tool_sequence_em": int(same_status and gold == predicted),
+        "tool_tp": overlap, "tool_predicted": len(predicted), "tool_gold": len(gold),
+    }
+
+
+# -- Router ------------------------------------------------------------------------------
+
+def _reference(text: str) -> str | None:
+    """A whole-string ``$step_j.path`` in the loop's resolved form, else None."""
+    from heart.primitives import _ENVELOPE_KEYS, REFERENCE
+
+    match = REFERENCE.fullmatch(text.strip())
+    if not match:
+        return None
+    path = [p for p in match.group(2).split(".") if p]
+    if not path or path[0] not in _ENVELOPE_KEYS:
+        path = ["result", *path]  # the loop reads a bare field from the step's result
+    return f"$step_{int(match.group(1))}." + ".".join(path)
+
+
+def binding_value(value: Any) -> Any:
+    """A binding as compared: references resolved symbolically, strings stripped, numbers
+    compared by value (3 == 3.0), containers element-wise."""
+    if isinstance(value, str):
+        return _reference(value) or value.strip()
+    if isinstance(value, bool):
+        return ("bool", value)  # True is not the number 1 here, though Python says True == 1
+    if value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        return [binding_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: binding_value(v) for k, v in value.items()}
+    return value
+
+
+def hparams_valid(h: Any) -> bool:
+    if not isinstance(h, dict):
+        return False
+    retry, priority, timeout = h.get("retry"), h.get("priority"), h.get("timeout_s")
+    return (isinstance(retry, int) and not isinstance(retry, bool) and 1 <= retry <= 5
+            and priority in PRIORITIES
+            and isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+            and float(timeout).is_integer() and timeout > 0)
+
+
+def router_scores(target: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
+    gold = {d["step"]: d for d in target.get("dispatch") or []}
+    predicted = {d.get("step"): d for d in (prediction or {}).get("dispatch") or []}
+    args_matched = args_total = steps_matched = 0
+    for step, entry in gold.items():
+        want = {k: binding_value(v) for k, v in (entry.get("resolved_bindings") or {}).items()}
+        other = predicted.get(step)
+        got = {k: binding_value(v) for k, v in ((other or {}).get("resolved_bindings") or {}).items()}
+        args_total += len(want)
+        args_matched += sum(1 for k, v in want.items() if k in got and got[k] == v)
+        same_tool = other is not None and other.get("target_tool") == entry.get("target_tool")
+        steps_matched += int(same_tool and got == want)
+    entries = list(predicted.values()) if prediction is not None else []
+    return {
+        "args_matched": args_matched, "args_total": args_total,
+        "steps_matched": steps_matched, "steps_total": len(gold),
+        "hparams_valid": sum(hparams_valid(e.get("h_params")) for e in entries),
+        # A prediction that did not parse has none valid out of the steps it had to dispatch.
+        "hparams_total": len(entries) if prediction is not None else len(gold),
+    }
+
+
+# -- Primitive ---------------------------------------------------------------------------
+
+NO_FAILURE = "NONE"
+
+
+def bind_outcome(output: dict[str, Any], schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """(failure type or NONE, the schema-normalised arguments) for a Primitive answer, by
+    the loop's own binding; UNRESOLVABLE is a SCHEMA_RESOLUTION failure, as the loop has it."""
+    from heart.primitives import SCHEMA_RESOLUTION, BindingError, bind_arguments
+
+    if output.get("status") == "UNRESOLVABLE":
+        return SCHEMA_RESOLUTION, None
+    try:
+        return NO_FAILURE, bind_arguments(output.get("arguments") or {}, schema)
+    except BindingError as err:
+        return err.failure_type, None
+
+
+def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
+                     schema: dict[str, Any], target_failure: str | None = None) -> dict[str, Any]:
+    """``target_failure`` is the failure type the loop recorded for the target, when the
+    dataset carries it (RUNTIME_ERROR is only known by executing); else it is derived by
+    binding the target's arguments."""
+    derived, want = bind_outcome(target, schema)
+    target_type = target_failure or derived
+    if prediction is None:
+        predicted_type, got = "UNPARSED", None
+    else:
+        predicted_type, got = bind_outcome(prediction, schema)
+    if target.get("status") == "UNRESOLVABLE":
+        em = prediction is not None and prediction.get("status") == "UNRESOLVABLE"
+    else:
+        em = want is not None and got is not None and binding_value(got) == binding_value(want)
+    return {
+        "arguments_em": int(em),
+        "target_failure": target_type, "predicted_failure": predicted_type,
+        "failure_type_correct": None if target_type == NO_FAILURE else int(predicted_type == target_type),
+    }
+
+
+# -- Verifier ----------------------------------------------------------------------------
+
+def verifier_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
+                    label: str | None = None) -> dict[str, Any]:
+    """``label`` is the environment's verdict for the step (the dataset's label column);
+    without one the teacher's status stands in."""
+    label = label or target.get("status")
+    status = (prediction or {}).get("status")
+    row: dict[str, Any] = {
+        "verdict_correct": int(status == label),
+        "predicted_fail": int(status == "FAIL"), "label_fail": int(label == "FAIL"),
+    }
+    want, got = target.get("criteria") or {}, (prediction or {}).get("criteria") or {}
+    for name in CRITERIA:
+        row[f"criterion_{name}"] = int(name in got and got.get(name) == want.get(name)) if name in want else None
+    return row
+
+
+# -- aggregation -------------------------------------------------------------------------
+
+def _column(rows: list[dict[str, Any]], *names: str) -> np.ndarray:
+    """Rows where every named column is present (not None), as an (n, len(names)) array."""
+    kept = [[row[n] for n in names] for row in rows if all(row.get(n) is not None for n in names)]
+    return np.asarray(kept, dtype=float).reshape(len(kept), len(names))
+
+
+def _prf(index: int) -> Callable[[np.ndarray], float]:
+    return lambda data: micro_prf(data)[index]
+
+
+def _fail_prf(index: int) -> Callable[[np.ndarray], float]:
+    def statistic(data: np.ndarray) -> float:
+        predicted, label = data[:, 0], data[:, 1]
+        return micro_prf(np.stack([predicted * label, predicted, label], axis=1))[index]
+    return statistic
+
+
+def _mean(name: str):
+    return (name,), lambda data: float(data[:, 0].mean())
+
+
+METRICS: dict[str, dict[str, tuple[tuple[str, ...], Callable[[np.ndarray], float]]]] = {
+    "planner": {
+        "valid_output_rate": _mean("valid_output"),
+        "sufficiency_accuracy": _mean("sufficiency_correct"),
+        "tool_sequence_em": _mean("tool_sequence_em"),
+        "tool_precision": (("tool_tp", "tool_predicted", "tool_gold"), _prf(0)),
+        "tool_recall": (("tool_tp", "tool_predicted", "tool_gold"), _prf(1)),
+        "tool_f1": (("tool_tp", "tool_predicted", "tool_gold"), _prf(2)),
+    },
+    "router": {
+        "binding_argument_em": (("args_matched", "args_total"), ratio),
+        "binding_step_em": (("steps_matched", "steps_total"), ratio),
+        "hparams_validity": (("hparams_valid", "hparams_total"), ratio),
+    },
+    "primitive": {
+        "arguments_em": _mean("arguments_em"),
+        "failure_type_accuracy": _mean("failure_type_correct"),
+    },
+    "verifier": {
+        "verdict_accuracy": _mean("verdict_correct"),
+        "fail_precision": (("predicted_fail", "label_fail"), _fail_prf(0)),
+        "fail_recall": (("predicted_fail", "label_fail"), _fail_prf(1)),
+        "fail_f1": (("predicted_fail", "label_fail"), _fail_prf(2)),
+        **{f"criterion_{c}_accuracy": _mean(f"criterion_{c}") for c in CRITERIA},
+    },
+}
+"""Per role: metric name → (the per-example columns it reads, the statistic over them)."""
+
+COMMON = {
+    "parse_failure_rate": _mean("parse_failure"),
+    "prompt_tokens_per_call": _mean("prompt_tokens"),
+    "completion_tokens_per_call": _mean("completion_tokens"),
+    "latency_s_per_call": _mean("latency_s"),
+}
+"""Figures every role reports (from the per-call columns the evaluator adds)."""
+
+RATES = {name for role in METRICS.values() for name in role} | {"parse_failure_rate"}
+"""Figures that are shares in [0, 1] (reported in percent); the rest are raw quantities."""
+
+
+def summarize(role: str, rows: list[dict[str, Any]], seed: int = 0) -> dict[str, Estimate]:
+    """Every figure of ``role`` over its per-example rows, each with interval and n.
+
+    The interval resamples examples (the unit the figure is an average over): for micro
+    figures such as precision, whole examples with all their tools or arguments.
+    """
+    figures = {}
+    for name, (columns, statistic) in {**METRICS[role], **COMMON}.items():
+        figures[name] = bootstrap(_column(rows, *columns), statistic, seed=seed)
+    return figures
+
+
+def _example_key(row: dict[str, Any]) -> tuple:
+    return (row.get("episode_id"), row.get("turn"), row.get("attempt"), row.get("step"))
+
+
+def paired_difference(role: str, metric: str, base_rows: list[dict[str, Any]], other_rows: list[dict[str, Any]],
+                      seed: int = 0) -> Estimate:
+    """``metric`` of ``other_rows`` minus that of ``base_rows`` on the examples both scored,
+    with a paired bootstrap interval (the same examples resampled for both sides)."""
+    columns, statistic = {**METRICS[role], **COMMON}[metric]
+    base = {_example_key(r): r for r in base_rows if not r.get("errored")}
+    other = {_example_key(r): r for r in other_rows if not r.get("errored")}
+    common = [k for k in base if k in other
+              and all(base[k].get(c) is not None and other[k].get(c) is not None for c in columns)]
+    width = len(columns)
+    data = np.asarray([[base[k][c] for c in columns] + [other[k][c] for c in columns] for k in common],
+                      dtype=float).reshape(len(common), 2 * width)
+    return bootstrap(data, lambda d: statistic(d[:, width:]) - statistic(d[:, :width]), seed=seed)

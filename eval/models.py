@@ -1,0 +1,91 @@
+"""Which models answer the roles in an evaluation: ``base``, an adapters folder, or a teacher.
+
+    base                      the unadapted base model (``--model``, default smollm2-135m)
+    runs/NAME/adapters        one peft adapter per role found under it (<dir>/<role>/), on
+                              the base its manifests name; roles without one use the base
+    teacher:gold              the gold-guided teacher (end to end only: it needs the task)
+    teacher:openai:<url>#<m>  any OpenAI-compatible server;  teacher:hf:<model>  a local model
+
+A role whose adapter was trained on the short system prompt (context distillation, its
+manifest's ``system_prompt``) is served with that prompt, as at training.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.formats import ROLES
+
+
+@dataclass
+class RoleModels:
+    """The resolved ``--roles`` argument."""
+
+    spec: str
+    """As given on the command line."""
+    label: str
+    """"base", "distilled" or "teacher": the column this run fills in the report."""
+    model: str
+    """The base model (embedded name, folder or hub id); the teacher's spec for a teacher."""
+    adapters: dict[str, str] = field(default_factory=dict)
+    """Role → adapter folder."""
+    manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Role → the adapter's manifest.json (provenance for the report)."""
+    short_prompts: tuple[str, ...] = ()
+    """Roles served with their SHORT_SYSTEM_PROMPT (their adapters were trained on it)."""
+    teacher: str | None = None
+    """The teacher spec after ``teacher:`` (gold, openai:…, hf:…)."""
+
+
+def resolve_role_models(spec: str, model: str = "smollm2-135m") -> RoleModels:
+    """Read ``--roles`` (see the module docstring); raises ValueError / FileNotFoundError
+    naming what is wrong."""
+    if spec == "base":
+        return RoleModels(spec, "base", model)
+    if spec.startswith("teacher:"):
+        from heart.runtime.openai_compat import parse_teacher_spec
+
+        teacher = spec[len("teacher:"):]
+        parse_teacher_spec(teacher)  # raises ValueError with the accepted forms
+        return RoleModels(spec, "teacher", teacher, teacher=teacher)
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--roles {spec!r}: expected 'base', 'teacher:SPEC' or an adapters folder "
+                                f"(<dir>/<role>/adapter_config.json); {folder} is not a folder")
+    adapters, manifests = {}, {}
+    for role in ROLES:
+        if (folder / role / "adapter_config.json").is_file():
+            adapters[role] = str(folder / role)
+            manifest = folder / role / "manifest.json"
+            manifests[role] = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    if not adapters:
+        raise FileNotFoundError(f"--roles {spec!r}: no <role>/adapter_config.json under {folder} "
+                                f"(roles: {', '.join(ROLES)})")
+    bases = {m.get("base_model", {}).get("name") for m in manifests.values()} - {None}
+    if len(bases) > 1:
+        raise ValueError(f"--roles {spec!r}: adapters were trained on different bases {sorted(bases)}")
+    short = tuple(r for r, m in manifests.items() if m.get("system_prompt") == "short")
+    return RoleModels(spec, "distilled", bases.pop() if bases else model, adapters, manifests, short)
+
+
+def shared_backend(models: RoleModels, max_batch_size: int = 8):
+    """One backend for every call, or None for the gold teacher (built per task)."""
+    if models.teacher is not None:
+        from heart.runtime.openai_compat import parse_teacher_spec
+
+        teacher = parse_teacher_spec(models.teacher)
+        if teacher.kind == "gold":
+            return None
+        if teacher.kind == "openai":
+            from heart.runtime.openai_compat import OpenAIBackend
+
+            return OpenAIBackend(teacher.url, teacher.model)
+        from heart.runtime.hf import TransformersBackend
+
+        return TransformersBackend(teacher.model, max_batch_size=max_batch_size)
+    from heart.runtime.hf import TransformersBackend
+
+    return TransformersBackend(models.model, adapters=models.adapters, max_batch_size=max_batch_size)

@@ -1,0 +1,260 @@
+"""Per-role evaluation: each role answers held-out role inputs, scored against the teacher.
+
+    heart eval roles --data runs/NAME-test/datasets --split test --roles runs/NAME/adapters --out runs/NAME/eval/distilled
+    heart eval roles --data runs/NAME-test/datasets --split test --roles base --out runs/NAME/eval/base
+
+For each role, the rows of ``<data>/<role>`` (split ``--split``) are re-served: the row's
+system + user messages (the short system prompt where the role's adapter was trained on
+it), decoding constrained to the role's serving schema (:mod:`eval.serving`), all requests
+through the backend's ``generate_batch`` so a batching runtime serves them together. Each
+answer is parsed by the role's own parser and scored against the row's assistant message
+(the teacher's target) and, for the Verifier, the environment's label
+(:mod:`eval.metrics`). A backend exception is an *errored* example: counted, never scored
+as the model's failure. Writes ``<out>/roles.json`` (figures with intervals and n,
+provenance) and ``<out>/roles_examples.jsonl`` (every answer and its scores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from eval.formats import ROLES, canonical
+from eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
+from eval.models import RoleModels, resolve_role_models, shared_backend
+from eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
+from heart.roles.common import role_input
+from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
+
+RESULTS = "roles.json"
+EXAMPLES = "roles_examples.jsonl"
+LABEL_COLUMNS = ("label", "verdict")
+"""Dataset columns holding the environment's verdict for a Verifier row (newest name first)."""
+
+
+@dataclass
+class RoleEvalConfig:
+    """One ``heart eval roles`` run."""
+
+    data: str
+    """Folder of role datasets: ``<data>/<role>`` saved by ``datasets`` (see eval.heldout)."""
+    out: str
+    """Where roles.json and roles_examples.jsonl go."""
+    split: str = "test"
+    """Split of each role dataset to answer."""
+    roles_spec: str = "base"
+    """base | an adapters folder | teacher:SPEC (see eval.models)."""
+    model: str = "smollm2-135m"
+    """Base model when the adapters' manifests do not name one."""
+    roles: tuple[str, ...] = ROLES
+    """Roles to evaluate."""
+    limit: int | None = None
+    """At most this many rows per role (a seeded sample, the same for every model)."""
+    batch_size: int = 8
+    """Requests handed to generate_batch at a time (and the backend's max batch)."""
+    max_new_tokens: int = 384
+    """Per answer."""
+    constrained: bool = True
+    """Constrain decoding to each role's serving schema, as the loop does by default."""
+    seed: int = 0
+    """Seed of the row sample and of the bootstrap."""
+
+
+def load_rows(data: str | Path, role: str, split: str, limit: int | None, seed: int) -> list[dict[str, Any]]:
+    from datasets import load_from_disk
+
+    folder = Path(data) / role
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no {role} dataset: {folder} does not exist")
+    dataset = load_from_disk(str(folder))
+    if split not in dataset:
+        raise ValueError(f"{folder} has no {split!r} split (it has {sorted(dataset)}); held-out role inputs "
+                         f"come from `python -m eval.heldout RUN --split {split}`")
+    rows = dataset[split]
+    if limit is not None and limit < len(rows):
+        rows = rows.shuffle(seed=seed).select(range(limit))
+    return list(rows)
+
+
+def _system(role: str, models: RoleModels) -> str | None:
+    if role not in models.short_prompts:
+        return None
+    from heart.roles import ROLE_MODULES
+
+    return ROLE_MODULES[role].SHORT_SYSTEM_PROMPT
+
+
+def request_for(role: str, row: dict[str, Any], models: RoleModels, config: RoleEvalConfig) -> GenerationRequest:
+    messages = [dict(m) for m in row["messages"][:-1]]  # system + user; the last is the target
+    short = _system(role, models)
+    if short is not None and messages[0]["role"] == "system":
+        messages[0]["content"] = short
+    schema = schema_for(role, role_input(messages)) if config.constrained else None
+    sampling = SamplingConfig(max_new_tokens=config.max_new_tokens,
+                              guided_json=json.dumps(schema) if schema is not None else None)
+    return GenerationRequest(role, messages, sampling)
+
+
+def score_row(role: str, row: dict[str, Any], generation: Generation) -> dict[str, Any]:
+    """One example's scores (raises ValueError when the *target* itself does not parse)."""
+    payload = role_input(row["messages"][:-1])
+    target_result = parse_target(role, row["messages"][-1]["content"])
+    if not target_result.ok:
+        raise ValueError(f"target does not parse: {target_result.error}")
+    target = canonical(role, target_result.value.model_dump(mode="json"))
+    result = parse_output(role, payload, generation.text)
+    parsed = result.value.model_dump(mode="json") if result.ok else None
+    prediction = canonical(role, parsed)
+    if role == "planner":
+        scores = planner_scores(target, prediction)
+        scores["valid_output"] = int(parsed is not None and matches_schema(generation.text, schema_for(role, payload)))
+    elif role == "router":
+        scores = router_scores(target, prediction)
+    elif role == "primitive":
+        scores = primitive_scores(target, prediction, tool_schema(role, payload), row.get("failure_type"))
+    else:
+        label = next((row[c] for c in LABEL_COLUMNS if row.get(c)), None)
+        scores = verifier_scores(target, prediction, label)
+    return {**scores, "parse_failure": int(not result.ok), "parse_error": result.error,
+            "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
+            "latency_s": generation.latency_s}
+
+
+def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, models: RoleModels,
+                  config: RoleEvalConfig) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """(one record per row, counts of errored rows and unreadable targets)."""
+    from tqdm import tqdm
+
+    records: list[dict[str, Any]] = []
+    counts = {"errored": 0, "target_unparsed": 0}
+    with tqdm(total=len(rows), desc=f"eval {role}", unit="call") as progress:
+        for start in range(0, len(rows), config.batch_size):
+            chunk = rows[start:start + config.batch_size]
+            requests = [request_for(role, row, models, config) for row in chunk]
+            try:
+                generations: Sequence[Generation | None] = backend.generate_batch(requests)
+                error = None
+            except Exception as err:  # infrastructure: the rows are errored, not failed
+                generations, error = [None] * len(chunk), f"{type(err).__name__}: {err}"
+            for row, generation in zip(chunk, generations):
+                record = {"role": role, "episode_id": row.get("episode_id"), "task_id": row.get("task_id"),
+                          "turn": row.get("turn"), "attempt": row.get("attempt"), "step": row.get("step")}
+                if generation is None:
+                    counts["errored"] += 1
+                    records.append({**record, "errored": True, "error": error})
+                    continue
+                try:
+                    scores = score_row(role, row, generation)
+                except ValueError as err:
+                    counts["target_unparsed"] += 1
+                    records.append({**record, "errored": True, "error": str(err)})
+                    continue
+                records.append({**record, "errored": False, "output": generation.text, **scores})
+            progress.update(len(chunk))
+    return records, counts
+
+
+def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate every role of ``config``; write and return the results."""
+    from eval.provenance import dataset_fingerprint, provenance
+
+    models = resolve_role_models(config.roles_spec, config.model)
+    if models.teacher == "gold":
+        raise ValueError("teacher:gold answers from a task's gold calls; it has no answer for a bare role "
+                         "input (the targets are its answers): evaluate it end to end instead")
+    rows = {role: load_rows(config.data, role, config.split, config.limit, config.seed) for role in config.roles}
+    backend = backend or shared_backend(models, config.batch_size)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    figures, counts, datasets = {}, {}, {}
+    with open(out / EXAMPLES, "w", encoding="utf-8") as examples:
+        for role in config.roles:
+            started = time.perf_counter()
+            records, counts[role] = evaluate_role(role, rows[role], backend, models, config)
+            counts[role]["rows"] = len(rows[role])
+            counts[role]["wall_s"] = round(time.perf_counter() - started, 3)
+            scored = [r for r in records if not r["errored"]]
+            figures[role] = {name: e.to_dict() for name, e in summarize(role, scored, config.seed).items()}
+            datasets[role] = {"path": str(Path(config.data) / role), "split": config.split,
+                              "fingerprint": dataset_fingerprint(Path(config.data) / role)}
+            for record in records:
+                examples.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+    results = {
+        "kind": "roles", "label": models.label, "roles_spec": models.spec, "model": models.model,
+        "config": dataclasses.asdict(config), "figures": figures, "counts": counts,
+        "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
+                     for role, path in models.adapters.items()},
+        "short_prompts": list(models.short_prompts), "datasets": datasets,
+        "backend": getattr(backend, "name", "?"), "provenance": provenance(argv),
+    }
+    (out / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="role datasets folder (<data>/<role>)")
+    parser.add_argument("--split", default="test", help="split of each role dataset (default test)")
+    parser.add_argument("--roles", dest="roles_spec", default=None,
+                        help="base | ADAPTERS_DIR | teacher:SPEC (default base)")
+    parser.add_argument("--adapters", help="an adapters folder (same as --roles DIR)")
+    parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")
+    parser.add_argument("--only", default=",".join(ROLES), help="comma-separated roles to evaluate")
+    parser.add_argument("--limit", type=int, help="at most N rows per role (seeded sample)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=384)
+    parser.add_argument("--no-constrain", action="store_true", help="decode without the serving schemas")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="output folder (roles.json, roles_examples.jsonl)")
+
+
+def config_from_args(args: argparse.Namespace) -> RoleEvalConfig:
+    if args.roles_spec and args.adapters:
+        raise ValueError("give --roles or --adapters, not both")
+    roles = tuple(r.strip() for r in args.only.split(",") if r.strip())
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown or not roles:
+        raise ValueError(f"--only {args.only!r}: roles must be some of {', '.join(ROLES)}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    return RoleEvalConfig(data=args.data, out=args.out, split=args.split,
+                          roles_spec=args.adapters or args.roles_spec or "base", model=args.model, roles=roles,
+                          limit=args.limit, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                          constrained=not args.no_constrain, seed=args.seed)
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    from eval.metrics import HEADLINE
+    from eval.stats import Estimate
+
+    for role, figures in results["figures"].items():
+        head = HEADLINE[role]
+        c = results["counts"][role]
+        print(f"  {role:<9} {head} {Estimate(**figures[head]).format(100)}  parse failures "
+              f"{Estimate(**figures['parse_failure_rate']).format(100)}  errored {c['errored']}/{c['rows']}")
+
+
+def main(argv: list[str], full_argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="heart eval roles", description="per-role held-out evaluation")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+        results = run(config, argv=full_argv)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print_summary(results)
+    print(f"wrote {Path(config.out) / RESULTS}")
+    counts = results["counts"].values()
+    if all(c["errored"] + c["target_unparsed"] == c["rows"] for c in counts):
+        print("error: every example errored (infrastructure): no figure measures the model", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,187 @@
+"""Statistics for evaluation: bootstrap intervals, pass^k, and PRISM's reliability figures.
+
+Pure numpy; every function is deterministic given its ``seed``.
+
+- :func:`bootstrap` — a percentile bootstrap 95% interval of any statistic of per-example
+  rows (resampling rows, so paired columns stay paired);
+- :func:`pass_hat_k` — τ-bench's pass^k: the chance that k independent trials of a task all
+  succeed, estimated without bias per task as C(c, k) / C(n, k), averaged over tasks;
+- :func:`lifts` / :func:`mean_lift` / :func:`worst_lift` / :func:`rr0` / :func:`rel_lift95` —
+  across S seeds of the whole collect → train → evaluate path: Lift_s = score(distilled_s) −
+  score(base) in points, paired on the same test tasks; their mean; the minimum over
+  pre-declared conditions of the mean lift within the condition; the share of seeds with a
+  positive lift; and the 5th percentile, over bootstrap resamples of the seed pool, of the
+  lift of the configuration a pre-test (dev-split) gate selects in each resample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from math import comb
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+N_RESAMPLES = 2000
+"""Bootstrap resamples for the intervals of headline figures."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its bootstrap interval and the number of units it was computed over."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def format(self, scale: float = 1.0, digits: int = 1) -> str:
+        if self.value is None:
+            return f"– (n={self.n})"
+        if self.low is None:
+            return f"{self.value * scale:.{digits}f} (n={self.n})"
+        return (f"{self.value * scale:.{digits}f} [{self.low * scale:.{digits}f}, "
+                f"{self.high * scale:.{digits}f}] (n={self.n})")
+
+
+def bootstrap(
+    data: np.ndarray | Sequence[float],
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    *,
+    n_resamples: int = N_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Estimate:
+    """``statistic(data)`` with a percentile bootstrap interval over the rows of ``data``.
+
+    ``data`` is 1-D (one value per unit) or 2-D (one row per unit, columns the statistic
+    combines, e.g. true positives and predicted positives for a micro precision). Empty
+    data gives ``Estimate(None, None, None, 0)``; a single unit has no interval.
+    """
+    data = np.asarray(data, dtype=float)
+    n = len(data)
+    if n == 0:
+        return Estimate(None, None, None, 0)
+    value = float(statistic(data))
+    if n == 1:
+        return Estimate(value, None, None, 1)
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, n, size=(n_resamples, n))
+    if statistic is np.mean and data.ndim == 1:
+        samples = data[indices].mean(axis=1)  # the common case, vectorised
+    else:
+        samples = np.array([statistic(data[row]) for row in indices])
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(samples, [tail, 100.0 - tail])
+    return Estimate(value, float(low), float(high), n)
+
+
+def safe_ratio(numerator: float, denominator: float, empty: float = 1.0) -> float:
+    """numerator / denominator, or ``empty`` when there is nothing to divide (0 / 0)."""
+    if denominator == 0:
+        return empty if numerator == 0 else float("nan")
+    return numerator / denominator
+
+
+def micro_prf(rows: np.ndarray) -> tuple[float, float, float]:
+    """Micro precision, recall, F1 from rows of (true positives, predicted, gold).
+
+    Nothing predicted and nothing to find scores 1 (a perfect empty answer); nothing
+    predicted when there was something to find scores precision 1, recall 0.
+    """
+    tp, predicted, gold = rows[:, 0].sum(), rows[:, 1].sum(), rows[:, 2].sum()
+    precision = safe_ratio(tp, predicted, empty=1.0)
+    recall = safe_ratio(tp, gold, empty=1.0)
+    f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+    return float(precision), float(recall), float(f1)
+
+
+def ratio(rows: np.ndarray) -> float:
+    """sum(column 0) / sum(column 1): a micro average (e.g. matched arguments / arguments)."""
+    return float(safe_ratio(rows[:, 0].sum(), rows[:, 1].sum(), empty=float("nan")))
+
+
+# -- pass^k ------------------------------------------------------------------------------
+
+def pass_hat_k(successes: Sequence[int], trials: Sequence[int], k: int) -> float:
+    """τ-bench's pass^k over tasks: mean over tasks of C(c, k) / C(n, k).
+
+    ``successes[i]`` of ``trials[i]`` independent trials of task i succeeded. Every task
+    needs at least k trials (fewer cannot estimate "all k succeed").
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if len(successes) != len(trials) or not len(trials):
+        raise ValueError("pass^k needs one (successes, trials) pair per task, and at least one task")
+    values = []
+    for c, n in zip(successes, trials):
+        if not 0 <= c <= n:
+            raise ValueError(f"successes {c} must lie in [0, trials={n}]")
+        if n < k:
+            raise ValueError(f"a task has {n} trials, fewer than k={k}")
+        values.append(comb(c, k) / comb(n, k))
+    return float(np.mean(values))
+
+
+# -- lift across seeds (PRISM) -----------------------------------------------------------
+
+def lifts(distilled: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Lift_s in points: 100 × (mean over tasks of distilled[s] − base), paired on tasks.
+
+    ``distilled`` is (S seeds, T tasks) of per-task scores in [0, 1]; ``base`` is (T,)
+    (the unadapted base does not depend on the distillation seed) or (S, T).
+    """
+    distilled = np.atleast_2d(np.asarray(distilled, dtype=float))
+    base = np.asarray(base, dtype=float)
+    if distilled.shape[-1] != base.shape[-1]:
+        raise ValueError(f"lift is paired on tasks: distilled has {distilled.shape[-1]} tasks, base {base.shape[-1]}")
+    return 100.0 * (distilled - base).mean(axis=1)
+
+
+def mean_lift(seed_lifts: Sequence[float]) -> float:
+    return float(np.mean(seed_lifts))
+
+
+def worst_lift(lifts_by_condition: Mapping[str, Sequence[float]]) -> tuple[float, str]:
+    """The minimum over pre-declared conditions of the mean lift within the condition,
+    with the condition that attains it."""
+    if not lifts_by_condition:
+        raise ValueError("WorstLift needs at least one condition")
+    means = {name: float(np.mean(values)) for name, values in lifts_by_condition.items()}
+    worst = min(means, key=means.get)
+    return means[worst], worst
+
+
+def rr0(seed_lifts: Sequence[float]) -> float:
+    """Share of seeds whose lift is strictly positive."""
+    values = np.asarray(seed_lifts, dtype=float)
+    if values.size == 0:
+        raise ValueError("RR0 needs at least one seed")
+    return float((values > 0).mean())
+
+
+def rel_lift95(dev_scores: np.ndarray, test_lifts: np.ndarray, *, n_resamples: int = 5000,
+               seed: int = 0) -> float:
+    """RelLift95: the 5th percentile over resamples of the seed pool of the gated lift.
+
+    ``dev_scores`` and ``test_lifts`` are (S seeds, C configurations). In each resample (S
+    seeds drawn with replacement) the gate picks the configuration with the best mean dev
+    score over the drawn seeds (ties: the first), and the resample's value is that
+    configuration's mean test lift over the same seeds. A single configuration reduces
+    this to the 5th percentile of the bootstrap distribution of MeanLift.
+    """
+    dev = np.atleast_2d(np.asarray(dev_scores, dtype=float))
+    test = np.atleast_2d(np.asarray(test_lifts, dtype=float))
+    if dev.shape != test.shape:
+        raise ValueError(f"dev scores {dev.shape} and test lifts {test.shape} must both be (seeds, configurations)")
+    n_seeds = dev.shape[0]
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))
+    dev_means = dev[draws].mean(axis=1)    # (resamples, C)
+    test_means = test[draws].mean(axis=1)  # (resamples, C)
+    chosen = dev_means.argmax(axis=1)
+    gated = test_means[np.arange(n_resamples), chosen]
+    return float(np.percentile(gated, 5))

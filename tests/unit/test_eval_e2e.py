@@ -1,0 +1,124 @@
+"""End-to-end evaluation: figures come from the benchmarks' own checkers, and
+infrastructure errors are counted as errored, never as failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from eval import e2e
+from eval.e2e import E2EConfig, gold_teacher, run
+from heart.runtime.scripted import ScriptedBackend
+
+
+def _perturb(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 7
+    if isinstance(value, str):
+        return value + "_perturbed"
+    return [] if isinstance(value, list) else value
+
+
+class PerturbedGold:
+    """The gold teacher with the first argument of every Primitive answer changed."""
+
+    def __init__(self, gold):
+        self.gold, self.name = gold, gold.name + "+perturbed"
+
+    def generate(self, role, messages, sampling=None):
+        generation = self.gold.generate(role, messages, sampling)
+        if role != "primitive":
+            return generation
+        answer = json.loads(generation.text)
+        if answer.get("arguments"):
+            first = next(iter(answer["arguments"]))
+            answer["arguments"][first] = _perturb(answer["arguments"][first])
+        return dataclasses.replace(generation, text=json.dumps(answer))
+
+    def generate_batch(self, requests):
+        return [self.generate(r.role, r.messages, r.sampling) for r in requests]
+
+
+def perturbed(task, environment, seed):
+    return PerturbedGold(gold_teacher(task, environment, seed))
+
+
+CASES = [
+    # (env, category, tasks) — all test-split tasks whose checker reads the calls' arguments
+    ("bfcl", None, ("multi_turn_base_1", "multi_turn_base_2")),
+    ("bfcl", "simple", ("simple_python_3", "simple_python_6")),
+    ("bfcl", "parallel_multiple", ()),
+    ("agentdojo", None, ("workspace/user_task_6", "workspace/user_task_8")),
+]
+
+
+@pytest.mark.parametrize("env, category, tasks", CASES)
+def test_gold_scores_one_and_perturbed_zero_by_the_benchmark_checker(tmp_path, env, category, tasks):
+    config = E2EConfig(env=env, category=category, tasks=tasks, limit=None if tasks else 2, budget=0,
+                       roles_spec="teacher:gold", out=str(tmp_path / "gold"))
+    gold = run(config)
+    assert gold["counts"]["errored"] == 0
+    assert set(gold["per_task_score"].values()) == {1.0}
+    bad = run(dataclasses.replace(config, out=str(tmp_path / "bad")), teacher_for_task=perturbed)
+    assert bad["counts"]["errored"] == 0 and set(bad["per_task_score"].values()) == {0.0}
+    assert bad["figures"]["success_rate"]["value"] == 0.0
+    episodes = [json.loads(line) for line in (tmp_path / "bad" / e2e.EPISODES).read_text().splitlines()]
+    # the checker's own verdict is kept with each episode (BFCL names an error type)
+    if env == "bfcl":
+        assert all(e["checker"].get("error_type") for e in episodes)
+    assert all(e["role_calls"] > 0 and e["prompt_tokens"] > 0 for e in episodes)
+
+
+def test_tasks_outside_the_split_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not in the 'test' split"):
+        run(E2EConfig(env="bfcl", category="simple", tasks=("simple_python_0",), roles_spec="teacher:gold",
+                      out=str(tmp_path)))
+
+
+def _raising(role, messages):
+    raise RuntimeError("CUDA out of memory")
+
+
+def test_backend_exceptions_make_episodes_errored_not_failed(tmp_path):
+    results = run(E2EConfig(env="bfcl", category="simple", limit=2, roles_spec="teacher:gold", out=str(tmp_path)),
+                  backend=ScriptedBackend(_raising, name="broken"))
+    assert results["counts"] == {**results["counts"], "episodes": 2, "errored": 2}
+    assert "out of memory" in results["errored"][0]["error"]
+    assert results["figures"]["success_rate"]["n"] == 0  # nothing scored as a model failure
+
+
+def test_a_crashing_checker_is_errored_and_the_others_still_count(tmp_path, monkeypatch):
+    from eval import bfcl_ast
+
+    original = bfcl_ast.BFCLASTSession.score
+
+    def flaky(self):
+        if self.task.task_id == "simple_python_3":
+            raise RuntimeError("checker crashed")
+        return original(self)
+
+    monkeypatch.setattr(bfcl_ast.BFCLASTSession, "score", flaky)
+    results = run(E2EConfig(env="bfcl", category="simple", tasks=("simple_python_3", "simple_python_6"),
+                            roles_spec="teacher:gold", out=str(tmp_path)))
+    assert results["counts"]["errored"] == 1
+    assert results["errored"][0]["task_id"] == "simple_python_3"
+    assert results["figures"]["success_rate"] == {**results["figures"]["success_rate"], "value": 1.0, "n": 1}
+
+
+def test_the_command_exits_non_zero_when_everything_errored(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(e2e, "shared_backend", lambda models, *a: ScriptedBackend(_raising, name="broken"))
+    code = e2e.main(["--env", "bfcl", "--category", "simple", "--limit", "1", "--roles", "base",
+                     "--out", str(tmp_path)])
+    assert code == 1
+    assert "every episode errored" in capsys.readouterr().err
+
+
+def test_pass_hat_k_over_seeds(tmp_path):
+    results = run(E2EConfig(env="bfcl", category="simple", limit=2, seeds=(0, 1), roles_spec="teacher:gold",
+                            out=str(tmp_path)))
+    assert results["counts"]["episodes"] == 4
+    assert results["pass_hat_k"] == {"1": {"value": 1.0, "n": 2}, "2": {"value": 1.0, "n": 2}}

@@ -1,0 +1,144 @@
+"""Per-role evaluation over real held-out role inputs (a gold collection), the held-out
+discipline of the datasets, and the report — with scripted backends, no model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import load_from_disk
+
+from data.build import BuildOptions, build_role_datasets
+from data.collect import main as collect
+from eval.formats import ROLES
+from eval.heldout import build_heldout
+from eval.report import write_report
+from eval.roles import RoleEvalConfig, run
+from heart.environments.splits import split_of
+from heart.runtime.scripted import ScriptedBackend
+from heart.traces import read_trace
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory):
+    """A gold collection (with faults) over train, dev and test tasks of BFCL in one run."""
+    run_dir = tmp_path_factory.mktemp("run")
+    for split, limit in (("train", 3), ("dev", 1), ("test", 2)):
+        collect(["--env", "bfcl", "--split", split, "--limit", str(limit), "--fault-rate", "0.3",
+                 "--concurrency", "1", "--out", str(run_dir)])
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def heldout(collection, tmp_path_factory):
+    out = tmp_path_factory.mktemp("heldout")
+    counts = build_heldout(collection, out, "test")
+    assert all(counts[role] > 0 for role in ROLES), counts
+    return out
+
+
+def test_no_test_split_task_reaches_a_training_dataset(collection, tmp_path):
+    traced = {(row["env"], str(row["task_id"])) for path in (collection / "traces").glob("*.jsonl")
+              for row in read_trace(path)}
+    assert any(split_of(*task) == "test" for task in traced)  # the check below is not vacuous
+    report = build_role_datasets(collection, tmp_path, BuildOptions(token_counter="whitespace"))
+    for role in ROLES:
+        dataset = load_from_disk(str(tmp_path / role))
+        assert set(dataset) <= {"train", "validation"}  # what train.role_data reads
+        for split in dataset.values():
+            assert all(split_of(env, task) != "test" for env, task in zip(split["env"], split["task_id"]))
+    assert sum(r["removed"].get("test_split_task", 0) for r in report.roles.values()) > 0
+
+
+def test_heldout_datasets_hold_only_test_tasks(heldout):
+    for role in ROLES:
+        dataset = load_from_disk(str(heldout / role))
+        assert list(dataset) == ["test"]
+        assert {split_of(e, t) for e, t in zip(dataset["test"]["env"], dataset["test"]["task_id"])} == {"test"}
+
+
+def _targets(heldout):
+    return {(role, row["messages"][1]["content"]): row["messages"][2]["content"]
+            for role in ROLES for row in load_from_disk(str(heldout / role))["test"]}
+
+
+def test_the_teachers_own_answers_score_perfectly(heldout, tmp_path):
+    targets = _targets(heldout)
+    echo = ScriptedBackend(lambda role, messages: targets[(role, messages[-1]["content"])], name="echo")
+    results = run(RoleEvalConfig(data=str(heldout), out=str(tmp_path), roles_spec="teacher:openai:http://x#m"),
+                  backend=echo)
+    f = results["figures"]
+    rows = [json.loads(line) for line in (tmp_path / "roles_examples.jsonl").read_text().splitlines()]
+    # The gold teacher sometimes plans with a tool ToolFace did not retrieve (issue 8): the
+    # loop's parser refuses that answer from a student, so it scores as a parse failure.
+    planner_rows = [r for r in rows if r["role"] == "planner"]
+    refused = [r for r in planner_rows if r["parse_failure"]]
+    assert all("do not exist" in r["parse_error"] for r in refused)
+    assert all(r["tool_sequence_em"] == 1 for r in planner_rows if not r["parse_failure"])
+    assert f["planner"]["tool_sequence_em"]["value"] == pytest.approx(1 - len(refused) / len(planner_rows))
+    assert f["router"]["binding_step_em"]["value"] == 1.0 and f["router"]["binding_argument_em"]["value"] == 1.0
+    assert f["primitive"]["arguments_em"]["value"] == 1.0
+    # the label is the environment's; the gold teacher's verdicts agree with it
+    assert f["verifier"]["verdict_accuracy"]["value"] == 1.0
+    for role in ("router", "primitive", "verifier"):
+        assert f[role]["parse_failure_rate"]["value"] == 0.0
+    for role in ROLES:
+        assert f[role]["parse_failure_rate"]["n"] == results["counts"][role]["rows"]
+    assert len(rows) == sum(c["rows"] for c in results["counts"].values())
+
+
+def test_unreadable_answers_are_parse_failures_scored_wrong(heldout, tmp_path):
+    results = run(RoleEvalConfig(data=str(heldout), out=str(tmp_path), roles_spec="teacher:openai:http://x#m",
+                                 roles=("planner", "verifier")),
+                  backend=ScriptedBackend(lambda role, messages: "I cannot help with that.", name="mute"))
+    f = results["figures"]
+    assert f["planner"]["parse_failure_rate"]["value"] == 1.0
+    assert f["planner"]["tool_sequence_em"]["value"] == 0.0 and f["planner"]["valid_output_rate"]["value"] == 0.0
+    assert f["verifier"]["verdict_accuracy"]["value"] == 0.0
+    assert f["verifier"]["fail_recall"]["value"] == 0.0
+
+
+def test_backend_exceptions_are_errored_rows(heldout, tmp_path):
+    def broken(role, messages):
+        raise ConnectionError("server down")
+
+    results = run(RoleEvalConfig(data=str(heldout), out=str(tmp_path), roles_spec="teacher:openai:http://x#m",
+                                 roles=("router",)), backend=ScriptedBackend(broken))
+    assert results["counts"]["router"]["errored"] == results["counts"]["router"]["rows"]
+    assert results["figures"]["router"]["binding_step_em"]["n"] == 0
+
+
+def test_a_missing_split_is_a_clear_error(heldout, tmp_path):
+    with pytest.raises(ValueError, match="no 'validation' split"):
+        run(RoleEvalConfig(data=str(heldout), out=str(tmp_path), split="validation",
+                           roles_spec="teacher:openai:http://x#m"), backend=ScriptedBackend(lambda r, m: ""))
+
+
+def test_report_renders_tables_plots_and_provenance(heldout, tmp_path):
+    targets = _targets(heldout)
+    echo = ScriptedBackend(lambda role, messages: targets[(role, messages[-1]["content"])], name="echo")
+    mute = ScriptedBackend(lambda role, messages: "no", name="mute")
+    base = run(RoleEvalConfig(data=str(heldout), out=str(tmp_path / "base")), backend=mute,
+               argv=["eval", "roles", "--roles", "base"])
+    assert base["label"] == "base"
+    run(RoleEvalConfig(data=str(heldout), out=str(tmp_path / "teacher"), roles_spec="teacher:openai:http://x#m"),
+        backend=echo)
+    e2e_dir = tmp_path / "e2e"
+    for label, scores in (("base", {"t1": 0.0, "t2": 0.0}), ("distilled", {"t1": 1.0, "t2": 0.0})):
+        folder = e2e_dir / label
+        folder.mkdir(parents=True)
+        (folder / "e2e.json").write_text(json.dumps({
+            "kind": "e2e", "label": label, "env": "bfcl", "category": "simple", "config": {"split": "test",
+                                                                                           "seeds": [0]},
+            "figures": {"success_rate": {"value": sum(scores.values()) / 2, "low": 0.0, "high": 1.0, "n": 2}},
+            "pass_hat_k": {"1": {"value": sum(scores.values()) / 2, "n": 2}}, "per_task_score": scores,
+            "counts": {"episodes": 2, "errored": 0}, "adapters": {}, "provenance": base["provenance"]}))
+    page = write_report([str(tmp_path)], tmp_path / "report")
+    text = page.read_text()
+    assert "### Planner" in text and "| metric | base | teacher |" in text
+    assert "**tool_sequence_em** | 0.0 [0.0, 0.0]" in text and "100.0 [100.0, 100.0]" in text
+    assert "### bfcl/simple/test" in text and "Lift_s" in text and "+50.0" in text
+    assert "heart eval roles --roles base" in text and "fingerprint" in text
+    assert "Δ tool_sequence_em vs base (paired, points)" in text
+    assert (tmp_path / "report" / "roles.png").stat().st_size > 0
+    assert (tmp_path / "report" / "lift.png").stat().st_size > 0
