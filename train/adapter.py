@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -51,13 +52,24 @@ def check_servable(adapter_config: dict[str, Any], recipe: Recipe, linear_names:
         raise UnservableAdapter(f"all-linear adapter misses linear layers {sorted(linear_names - targets)}")
 
 
-def move_adapter_files(saved: Path, out: Path) -> dict[str, Any]:
-    """Keep only the peft files of what Trainer.save_model wrote (it adds tokenizer and args)."""
+def read_adapter_config(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "adapter_config.json").read_text())
+
+
+def publish_adapter(staged: Path, out: Path, manifest: dict[str, Any], log_history: list[dict[str, Any]]) -> None:
+    """Move a checked adapter from ``staged`` (what Trainer.save_model wrote) into ``out``.
+
+    Check it (``check_servable``) before calling this: nothing in ``out`` changes until then.
+    The card and plot are written beside the staged weights first; any previous manifest is
+    removed before the weights are replaced and the new manifest lands last (atomic rename),
+    so a folder with a manifest always holds the weights that manifest describes.
+    """
+    write_adapter_folder(staged, manifest, log_history)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ADAPTER_FILES:
-        shutil.move(str(saved / name), str(out / name))
-    shutil.rmtree(saved)
-    return json.loads((out / "adapter_config.json").read_text())
+    (out / "manifest.json").unlink(missing_ok=True)
+    for name in (*ADAPTER_FILES, "README.md", "loss.png", "manifest.json"):
+        os.replace(staged / name, out / name)
+    shutil.rmtree(staged)  # the tokenizer and training args save_model adds are not part of the adapter
 
 
 def loss_curves(log_history: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
@@ -111,6 +123,11 @@ def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _dropped(dataset: dict[str, Any]) -> str:
+    dropped = dataset.get("dropped_overlong") or {}
+    return ", ".join(f"{n} of {dataset['sizes'].get(split, 0) + n} {split}" for split, n in dropped.items()) or "none"
+
+
 def adapter_card(manifest: dict[str, Any], out: Path) -> str:
     role, base, m = manifest["role"], manifest["base_model"], manifest["metrics"]
     base_id = base.get("hf_id") or base["name"]
@@ -139,6 +156,8 @@ answers with the role's JSON object. Trained with TRL SFT on the assistant token
 - Data: `{data['path']}` (fingerprint `{data['fingerprint'][:19]}…`), {data['sizes']['train']} train /
   {data['sizes'].get('validation', 0)} validation examples, system prompt: **{manifest['system_prompt']}**
   {"(serve it with the role's SHORT_SYSTEM_PROMPT)" if manifest['system_prompt'] == 'short' else ''}
+- Over-long examples dropped (longer than {data.get('max_length')} tokens; never truncated):
+  {_dropped(data)}
 - Full provenance, recipe and package versions: `manifest.json`; loss curves: `loss.png`.
 
 ## Metrics

@@ -114,6 +114,8 @@ class OutputConfig:
     """Largest rank the serving side accepts (vLLM --max-lora-rank); a larger lora.r fails at load."""
     keep_checkpoints: bool = False
     """Keep <dir>/checkpoints after a successful run (they are only needed to resume)."""
+    overwrite: bool = False
+    """Replace a finished adapter already in <dir>; without it a rerun on a finished dir is refused."""
 
 
 @dataclass
@@ -227,12 +229,22 @@ def check_adapter_base(recipe: Recipe, adapter_dir: Path, field_name: str) -> No
             f"but model.name={recipe.model.name!r} resolves to {resolved!r}")
 
 
+def check_output_dir(recipe: Recipe) -> None:
+    """A finished adapter (its manifest.json is written last) is never replaced silently."""
+    manifest = Path(recipe.output.dir) / "manifest.json"
+    if manifest.is_file() and not recipe.output.overwrite:
+        raise RecipeError(
+            f"'output.dir': {recipe.output.dir} already holds a trained adapter ({manifest.name}); "
+            f"choose another output.dir, or pass output.overwrite=true to train again and replace it")
+
+
 def check_recipe(recipe: Recipe) -> None:
     """What can only be checked against the file system: the dataset and any adapter to continue."""
     if recipe.lora.r > recipe.output.max_serving_rank:
         raise RecipeError(f"'lora.r'={recipe.lora.r} exceeds 'output.max_serving_rank'="
                           f"{recipe.output.max_serving_rank}: the serving side could not load the adapter")
     check_dataset_dir(recipe)
+    check_output_dir(recipe)
     if recipe.lora.init_from:
         check_adapter_base(recipe, Path(recipe.lora.init_from), "lora.init_from")
     checkpoints = Path(recipe.output.dir) / "checkpoints"

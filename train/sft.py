@@ -37,16 +37,24 @@ def main(argv: list[str] | None = None) -> int:
 
     from data.loss_mask import lint_loss_mask
     from heart.models import model_content_hash, read_manifest, resolve_model
-    from train.adapter import build_manifest, check_servable, linear_module_names, move_adapter_files, write_adapter_folder
+    from train.adapter import (build_manifest, check_servable, linear_module_names, publish_adapter,
+                               read_adapter_config)
     from train.role_data import drop_overlong, load_role_dataset
     from train.templates import template_for
+
+    checkpoints = Path(recipe.output.dir) / "checkpoints"
+    if recipe.output.overwrite and (Path(recipe.output.dir) / "manifest.json").is_file() and checkpoints.is_dir():
+        shutil.rmtree(checkpoints)  # kept checkpoints of the finished run: train again, do not resume it
 
     base_path = resolve_model(recipe.model.name)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     tokenizer.chat_template = template_for(tokenizer)  # same text, plus {% generation %} markers
     splits, dataset_info = load_role_dataset(recipe.data)
     splits, dataset_info["dropped_overlong"] = drop_overlong(splits, tokenizer, recipe.sft.max_length)
+    dataset_info["max_length"] = recipe.sft.max_length
     dataset_info["sizes"] = {name: len(split) for name, split in splits.items()}  # what is trained on
+    print(f"train.sft: {recipe.data.role}: over-long examples (> {recipe.sft.max_length} tokens) dropped: "
+          + ", ".join(f"{name} {n}" for name, n in dataset_info["dropped_overlong"].items()), file=sys.stderr)
     if len(splits["train"]) == 0:
         print(f"train.sft: no train example fits sft.max_length={recipe.sft.max_length}", file=sys.stderr)
         return 2
@@ -83,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if trainer.is_fsdp_enabled:  # checkpoints are sharded; the adapter we ship is one plain file
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(out / "checkpoints" / "final"))
+    staged = out / "checkpoints" / "final"
+    trainer.save_model(str(staged))
     if not trainer.accelerator.is_main_process:
         return 0
-    adapter_config = move_adapter_files(out / "checkpoints" / "final", out)
-    check_servable(adapter_config, recipe, linear_names)
+    adapter_config = read_adapter_config(staged)
+    check_servable(adapter_config, recipe, linear_names)  # before anything in output.dir changes
 
     history = trainer.state.log_history
     train_losses = [e["loss"] for e in history if "loss" in e]
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {"name": recipe.model.name, "path": base_path, "content_hash": model_content_hash(base_path),
             "hf_id": (read_manifest(Path(base_path)) or {}).get("hf_id") if Path(base_path).is_dir() else base_path}
     lint_info = {"examples": lint.examples, "masked_tokens": lint.masked_tokens, "tokens": lint.tokens}
-    write_adapter_folder(out, build_manifest(recipe, adapter_config, base, dataset_info, metrics, lint_info), history)
+    publish_adapter(staged, out, build_manifest(recipe, adapter_config, base, dataset_info, metrics, lint_info), history)
     if not recipe.output.keep_checkpoints:
         shutil.rmtree(out / "checkpoints")
     print(f"train.sft: wrote {out} (loss {metrics['train_loss_first']:.3f} -> {metrics['train_loss_last']:.3f}, "
