@@ -7,6 +7,7 @@
     heart collect --env bfcl --split train --teacher gold --out runs/NAME [--resume]
     heart datasets build runs/NAME --out runs/NAME/datasets
     heart train --recipe recipes/smollm2-135m/roles.yaml [--roles planner,router]
+    heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml [--until train] [--stage NAME]
 
 Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
 """
@@ -160,6 +161,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel)
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from heart.pipeline import main as pipeline_main
+
+    return pipeline_main(args)
+
+
 def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
     p.add_argument("--model", default=model_default,
@@ -227,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", action="store_true", help="run roles as parallel accelerate jobs")
     p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     p.set_defaults(func=cmd_train)
+
+    from heart.pipeline import add_arguments as pipeline_arguments
+
+    p = sub.add_parser("pipeline", help="collect → datasets → train → evaluate → report, each stage content-addressed")
+    pipeline_arguments(p)
+    p.set_defaults(func=cmd_pipeline)
     return parser
 
 

@@ -36,6 +36,21 @@ def linear_module_names(model) -> set[str]:
             if isinstance(module, torch.nn.Linear) and module is not output_head and "lora_" not in name}
 
 
+def lora_placement(lora, model, linear_names: set[str]) -> dict[str, Any]:
+    """peft's target_modules (+ layers_to_transform for ``lora.top_layers``).
+
+    peft takes layers_to_transform only with a list of module names, so "all-linear" is spelled
+    out as the base's linear leaf names (the same set peft would pick).
+    """
+    if not lora.top_layers:
+        return {"target_modules": lora.target_modules}
+    layers = model.config.get_text_config().num_hidden_layers
+    if lora.top_layers > layers:
+        raise ValueError(f"lora.top_layers={lora.top_layers} but the base has {layers} decoder layers")
+    targets = sorted(linear_names) if lora.target_modules == "all-linear" else list(lora.target_modules)
+    return {"target_modules": targets, "layers_to_transform": list(range(layers - lora.top_layers, layers))}
+
+
 def check_servable(adapter_config: dict[str, Any], recipe: Recipe, linear_names: set[str]) -> None:
     if adapter_config.get("modules_to_save"):
         raise UnservableAdapter(f"modules_to_save={adapter_config['modules_to_save']}: vLLM cannot serve full "
@@ -48,7 +63,7 @@ def check_servable(adapter_config: dict[str, Any], recipe: Recipe, linear_names:
     targets = {name.rsplit(".", 1)[-1] for name in adapter_config["target_modules"]}
     if not targets <= linear_names:
         raise UnservableAdapter(f"target modules {sorted(targets - linear_names)} are not linear layers of the base")
-    if recipe.lora.target_modules == "all-linear" and targets != linear_names:
+    if recipe.lora.target_modules == "all-linear" and targets != linear_names:  # per layer, top_layers or not
         raise UnservableAdapter(f"all-linear adapter misses linear layers {sorted(linear_names - targets)}")
 
 
@@ -108,7 +123,8 @@ def build_manifest(recipe: Recipe, adapter_config: dict[str, Any], base: dict[st
         "base_model": base,
         "lora": {"r": adapter_config["r"], "alpha": adapter_config["lora_alpha"],
                  "dropout": adapter_config["lora_dropout"],
-                 "target_modules": sorted({m.rsplit(".", 1)[-1] for m in adapter_config["target_modules"]})},
+                 "target_modules": sorted({m.rsplit(".", 1)[-1] for m in adapter_config["target_modules"]}),
+                 "layers": adapter_config.get("layers_to_transform")},
         "dataset": dataset,
         "system_prompt": recipe.data.system_prompt,
         "loss_mask": lint,

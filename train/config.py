@@ -52,6 +52,8 @@ class LoraConfig:
     """Dropout on the LoRA input."""
     target_modules: str | list[str] = "all-linear"
     """Modules that get LoRA: "all-linear" (every linear layer but the output head) or a list of names."""
+    top_layers: Annotated[int, Field(ge=0)] = 0
+    """Put LoRA only on the top N decoder layers (0 = every layer): the frozen layers below need no backward pass."""
     init_from: str | None = None
     """Adapter folder to start from instead of a fresh LoRA (continued training); must share the base."""
 
@@ -86,6 +88,8 @@ class SFTSettings:
     """Seed for LoRA init, data order and dropout."""
     bf16: bool = False
     """bf16 mixed precision (GPU only; ~9x slower on CPUs without AMX)."""
+    padding_free: bool = False
+    """Concatenate each batch into one sequence with per-example positions (TRL padding_free): no pad tokens computed."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory (GPU recipes; slower)."""
     use_cpu: bool = True

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from data.loss_mask import lint_loss_mask
     from heart.models import model_content_hash, read_manifest, resolve_model
-    from train.adapter import (build_manifest, check_servable, linear_module_names, publish_adapter,
-                               read_adapter_config)
+    from train.adapter import (build_manifest, check_servable, linear_module_names, lora_placement,
+                               publish_adapter, read_adapter_config)
     from train.role_data import drop_overlong, load_role_dataset
     from train.templates import template_for
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     linear_names = linear_module_names(model)
     lora, s, out = recipe.lora, recipe.sft, Path(recipe.output.dir)
     peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                             target_modules=lora.target_modules, task_type="CAUSAL_LM")
+                             task_type="CAUSAL_LM", **lora_placement(lora, model, linear_names))
     if lora.init_from:  # continue an adapter of the same base (checked at load)
         model, peft_config = PeftModel.from_pretrained(model, lora.init_from, is_trainable=True), None
 
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         save_total_limit=s.save_total_limit, eval_strategy="steps" if s.eval_steps and "validation" in splits else "no",
         eval_steps=s.eval_steps or None, seed=s.seed, bf16=s.bf16, gradient_checkpointing=s.gradient_checkpointing,
         use_cpu=s.use_cpu, include_num_input_tokens_seen="non_padding", report_to="none",
+        padding_free=s.padding_free,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
                          processing_class=tokenizer, peft_config=peft_config)
