@@ -147,25 +147,28 @@ class Stage:
 def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     run = Path(config.run_dir)
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
-    collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, "--fault-rate",
-                str(c.fault_rate), "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency),
+    faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
+    collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
+                "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency),
                 "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else [])] for env in c.envs]
     roles_yaml = recipe_dir / t.recipe
     recipe_files = _recipe_files(roles_yaml, t.roles)
     train = [["heart", "train", "--recipe", str(roles_yaml), "--roles", role,
               f"data.dataset_dir={run / 'datasets' / role}", f"output.dir={run / 'adapters' / role}",
               "output.overwrite=true", *t.overrides] for role in t.roles]
-    collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, "--fault-rate",
-                     str(h.fault_rate), "--concurrency", str(c.concurrency), "--out", str(run / "collect-test"),
+    test_faults = ["--fault-rate", str(h.fault_rate)] if h.fault_rate else []
+    collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, *test_faults,
+                     "--concurrency", str(c.concurrency), "--out", str(run / "collect-test"),
                      *(["--limit", str(h.limit)] if h.limit else [])] for env in h.envs]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
+    base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
     eval_roles = [["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--roles", "base",
-                   "--only", ",".join(t.roles), *limit, *e.roles_args, "--out", str(run / "eval" / "roles-base")],
+                   *base, "--only", ",".join(t.roles), *limit, *e.roles_args, "--out", str(run / "eval" / "roles-base")],
                   ["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
                    str(run / "adapters"), "--only", ",".join(t.roles), *limit, *e.roles_args,
                    "--out", str(run / "eval" / "roles-distilled")]]
-    eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", side, "--limit",
-                 str(e.e2e_limit), *e.e2e_args, "--out", str(run / "eval" / f"e2e-{name}")]
+    eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", side, *base,
+                 "--limit", str(e.e2e_limit), *e.e2e_args, "--out", str(run / "eval" / f"e2e-{name}")]
                 for name, side in (("base", "base"), ("distilled", str(run / "adapters")))]
     return [
         Stage("collect", collect, [], [run / "collect"]),

@@ -127,10 +127,10 @@ def test_eval_stages_call_the_eval_commands(recipe):
     by_name = {s.name: s for s in pipeline.stages(config, folder)}
     assert list(by_name) == list(pipeline.STAGE_NAMES)
     roles = [" ".join(c) for c in by_name["eval_roles"].commands]
-    assert roles[0].startswith("heart eval roles --data run/heldout --split test --roles base")
+    assert roles[0].startswith("heart eval roles --data run/heldout --split test --roles base --model smollm2-135m")
     assert "--adapters run/adapters" in roles[1]
     e2e = [" ".join(c) for c in by_name["eval_e2e"].commands]
-    assert e2e[0].startswith("heart eval e2e --env bfcl --split test --roles base --limit 2")
+    assert e2e[0].startswith("heart eval e2e --env bfcl --split test --roles base --model smollm2-135m --limit 2")
     assert "--roles run/adapters" in e2e[1]
     assert " ".join(by_name["report"].commands[0]) == "heart report run/eval --out run/report"
     assert "--split test" in " ".join(by_name["collect_test"].commands[0])
