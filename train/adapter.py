@@ -139,6 +139,11 @@ def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _layers(lora: dict[str, Any]) -> str:
+    layers = lora.get("layers")
+    return f" of layers {layers[0]}-{layers[-1]}" if layers else ""
+
+
 def _dropped(dataset: dict[str, Any]) -> str:
     dropped = dataset.get("dropped_overlong") or {}
     return ", ".join(f"{n} of {dataset['sizes'].get(split, 0) + n} {split}" for split, n in dropped.items()) or "none"
@@ -164,7 +169,7 @@ tags:
 
 # HEART {role} adapter for {base_id}
 
-A LoRA adapter (r={lora['r']}, alpha={lora['alpha']}, on {', '.join(lora['target_modules'])}) that makes
+A LoRA adapter (r={lora['r']}, alpha={lora['alpha']}, on {', '.join(lora['target_modules'])}{_layers(lora)}) that makes
 `{base_id}` act as the HEART **{role}**: it reads the role's system prompt and input block and
 answers with the role's JSON object. Trained with TRL SFT on the assistant tokens only.
 

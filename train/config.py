@@ -105,7 +105,9 @@ class DataConfig:
     system_prompt: Literal["full", "short"] = "full"
     """"full" trains on the dataset's system prompt; "short" swaps in the role's SHORT_SYSTEM_PROMPT (context distillation)."""
     max_train_examples: int = 0
-    """Use only the first N training examples; 0 uses all."""
+    """Train on a seeded sample of N training examples (drawn across tasks); 0 uses all."""
+    sample_seed: int = 0
+    """Seed of that sample."""
     max_eval_examples: int = 64
     """Evaluate on at most the first N validation examples (evaluation is costly on a CPU); 0 uses all."""
 

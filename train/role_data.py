@@ -54,8 +54,9 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
         raise ValueError(f"data.dataset_dir={data.dataset_dir}: no train split (has {sorted(raw)})")
     # validation may be absent: a small run can hold out no task for it (then no eval).
     splits = {name: raw[name].select_columns(["messages"]) for name in ("train", "validation") if name in raw}
-    if data.max_train_examples:
-        splits["train"] = splits["train"].select(range(min(data.max_train_examples, len(splits["train"]))))
+    if data.max_train_examples:  # a seeded sample: the first N rows would be the first few tasks only
+        sample = splits["train"].shuffle(seed=data.sample_seed)
+        splits["train"] = sample.select(range(min(data.max_train_examples, len(sample))))
     if data.max_eval_examples and "validation" in splits:
         splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
     if data.system_prompt == "short":
