@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         model, peft_config = PeftModel.from_pretrained(model, lora.init_from, is_trainable=True), None
 
     config = SFTConfig(
-        output_dir=str(out / "checkpoints"), assistant_only_loss=True, max_length=s.max_length,
+        # drop_overlong already enforced max_length (dropping, not truncating); padding-free batches
+        # refuse a max_length they cannot enforce themselves, so they get None.
+        output_dir=str(out / "checkpoints"), assistant_only_loss=True, max_length=None if s.padding_free else s.max_length,
         num_train_epochs=s.epochs, max_steps=s.max_steps, learning_rate=s.learning_rate,
         lr_scheduler_type=s.lr_scheduler, warmup_steps=s.warmup_ratio, per_device_train_batch_size=s.batch_size,
         per_device_eval_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
