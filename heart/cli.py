@@ -12,6 +12,7 @@
     heart eval roles --data DATASETS --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR
     heart eval e2e --env bfcl --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR [--limit N]
     heart report RUN... --out DIR              markdown page + PNG plots from eval results
+    heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml [--until train] [--stage NAME]
 
 Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
 """
@@ -226,6 +227,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return report_main(args.rest, ["report", *args.rest])
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from heart.pipeline import main as pipeline_main
+
+    return pipeline_main(args)
+
+
 def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
     p.add_argument("--model", default=model_default,
@@ -343,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="one markdown page with tables and plots from eval results")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="see heart report --help")
     p.set_defaults(func=cmd_report)
+    from heart.pipeline import add_arguments as pipeline_arguments
+
+    p = sub.add_parser("pipeline", help="collect → datasets → train → evaluate → report, each stage content-addressed")
+    pipeline_arguments(p)
+    p.set_defaults(func=cmd_pipeline)
     return parser
 
 

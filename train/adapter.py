@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +36,21 @@ def linear_module_names(model) -> set[str]:
             if isinstance(module, torch.nn.Linear) and module is not output_head and "lora_" not in name}
 
 
+def lora_placement(lora, model, linear_names: set[str]) -> dict[str, Any]:
+    """peft's target_modules (+ layers_to_transform for ``lora.top_layers``).
+
+    peft takes layers_to_transform only with a list of module names, so "all-linear" is spelled
+    out as the base's linear leaf names (the same set peft would pick).
+    """
+    if not lora.top_layers:
+        return {"target_modules": lora.target_modules}
+    layers = model.config.get_text_config().num_hidden_layers
+    if lora.top_layers > layers:
+        raise ValueError(f"lora.top_layers={lora.top_layers} but the base has {layers} decoder layers")
+    targets = sorted(linear_names) if lora.target_modules == "all-linear" else list(lora.target_modules)
+    return {"target_modules": targets, "layers_to_transform": list(range(layers - lora.top_layers, layers))}
+
+
 def check_servable(adapter_config: dict[str, Any], recipe: Recipe, linear_names: set[str]) -> None:
     if adapter_config.get("modules_to_save"):
         raise UnservableAdapter(f"modules_to_save={adapter_config['modules_to_save']}: vLLM cannot serve full "
@@ -47,17 +63,28 @@ def check_servable(adapter_config: dict[str, Any], recipe: Recipe, linear_names:
     targets = {name.rsplit(".", 1)[-1] for name in adapter_config["target_modules"]}
     if not targets <= linear_names:
         raise UnservableAdapter(f"target modules {sorted(targets - linear_names)} are not linear layers of the base")
-    if recipe.lora.target_modules == "all-linear" and targets != linear_names:
+    if recipe.lora.target_modules == "all-linear" and targets != linear_names:  # per layer, top_layers or not
         raise UnservableAdapter(f"all-linear adapter misses linear layers {sorted(linear_names - targets)}")
 
 
-def move_adapter_files(saved: Path, out: Path) -> dict[str, Any]:
-    """Keep only the peft files of what Trainer.save_model wrote (it adds tokenizer and args)."""
+def read_adapter_config(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "adapter_config.json").read_text())
+
+
+def publish_adapter(staged: Path, out: Path, manifest: dict[str, Any], log_history: list[dict[str, Any]]) -> None:
+    """Move a checked adapter from ``staged`` (what Trainer.save_model wrote) into ``out``.
+
+    Check it (``check_servable``) before calling this: nothing in ``out`` changes until then.
+    The card and plot are written beside the staged weights first; any previous manifest is
+    removed before the weights are replaced and the new manifest lands last (atomic rename),
+    so a folder with a manifest always holds the weights that manifest describes.
+    """
+    write_adapter_folder(staged, manifest, log_history)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ADAPTER_FILES:
-        shutil.move(str(saved / name), str(out / name))
-    shutil.rmtree(saved)
-    return json.loads((out / "adapter_config.json").read_text())
+    (out / "manifest.json").unlink(missing_ok=True)
+    for name in (*ADAPTER_FILES, "README.md", "loss.png", "manifest.json"):
+        os.replace(staged / name, out / name)
+    shutil.rmtree(staged)  # the tokenizer and training args save_model adds are not part of the adapter
 
 
 def loss_curves(log_history: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
@@ -96,7 +123,8 @@ def build_manifest(recipe: Recipe, adapter_config: dict[str, Any], base: dict[st
         "base_model": base,
         "lora": {"r": adapter_config["r"], "alpha": adapter_config["lora_alpha"],
                  "dropout": adapter_config["lora_dropout"],
-                 "target_modules": sorted({m.rsplit(".", 1)[-1] for m in adapter_config["target_modules"]})},
+                 "target_modules": sorted({m.rsplit(".", 1)[-1] for m in adapter_config["target_modules"]}),
+                 "layers": adapter_config.get("layers_to_transform")},
         "dataset": dataset,
         "system_prompt": recipe.data.system_prompt,
         "loss_mask": lint,
@@ -109,6 +137,16 @@ def build_manifest(recipe: Recipe, adapter_config: dict[str, Any], base: dict[st
 
 def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _layers(lora: dict[str, Any]) -> str:
+    layers = lora.get("layers")
+    return f" of layers {layers[0]}-{layers[-1]}" if layers else ""
+
+
+def _dropped(dataset: dict[str, Any]) -> str:
+    dropped = dataset.get("dropped_overlong") or {}
+    return ", ".join(f"{n} of {dataset['sizes'].get(split, 0) + n} {split}" for split, n in dropped.items()) or "none"
 
 
 def adapter_card(manifest: dict[str, Any], out: Path) -> str:
@@ -131,7 +169,7 @@ tags:
 
 # HEART {role} adapter for {base_id}
 
-A LoRA adapter (r={lora['r']}, alpha={lora['alpha']}, on {', '.join(lora['target_modules'])}) that makes
+A LoRA adapter (r={lora['r']}, alpha={lora['alpha']}, on {', '.join(lora['target_modules'])}{_layers(lora)}) that makes
 `{base_id}` act as the HEART **{role}**: it reads the role's system prompt and input block and
 answers with the role's JSON object. Trained with TRL SFT on the assistant tokens only.
 
@@ -139,6 +177,8 @@ answers with the role's JSON object. Trained with TRL SFT on the assistant token
 - Data: `{data['path']}` (fingerprint `{data['fingerprint'][:19]}…`), {data['sizes']['train']} train /
   {data['sizes'].get('validation', 0)} validation examples, system prompt: **{manifest['system_prompt']}**
   {"(serve it with the role's SHORT_SYSTEM_PROMPT)" if manifest['system_prompt'] == 'short' else ''}
+- Over-long examples dropped (longer than {data.get('max_length')} tokens; never truncated):
+  {_dropped(data)}
 - Full provenance, recipe and package versions: `manifest.json`; loss curves: `loss.png`.
 
 ## Metrics

@@ -52,6 +52,8 @@ class LoraConfig:
     """Dropout on the LoRA input."""
     target_modules: str | list[str] = "all-linear"
     """Modules that get LoRA: "all-linear" (every linear layer but the output head) or a list of names."""
+    top_layers: Annotated[int, Field(ge=0)] = 0
+    """Put LoRA only on the top N decoder layers (0 = every layer): the frozen layers below need no backward pass."""
     init_from: str | None = None
     """Adapter folder to start from instead of a fresh LoRA (continued training); must share the base."""
 
@@ -86,6 +88,8 @@ class SFTSettings:
     """Seed for LoRA init, data order and dropout."""
     bf16: bool = False
     """bf16 mixed precision (GPU only; ~9x slower on CPUs without AMX)."""
+    padding_free: bool = False
+    """Concatenate each batch into one sequence with per-example positions (TRL padding_free): no pad tokens computed."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory (GPU recipes; slower)."""
     use_cpu: bool = True
@@ -101,7 +105,9 @@ class DataConfig:
     system_prompt: Literal["full", "short"] = "full"
     """"full" trains on the dataset's system prompt; "short" swaps in the role's SHORT_SYSTEM_PROMPT (context distillation)."""
     max_train_examples: int = 0
-    """Use only the first N training examples; 0 uses all."""
+    """Train on a seeded sample of N training examples (drawn across tasks); 0 uses all."""
+    sample_seed: int = 0
+    """Seed of that sample."""
     max_eval_examples: int = 64
     """Evaluate on at most the first N validation examples (evaluation is costly on a CPU); 0 uses all."""
 
@@ -114,6 +120,8 @@ class OutputConfig:
     """Largest rank the serving side accepts (vLLM --max-lora-rank); a larger lora.r fails at load."""
     keep_checkpoints: bool = False
     """Keep <dir>/checkpoints after a successful run (they are only needed to resume)."""
+    overwrite: bool = False
+    """Replace a finished adapter already in <dir>; without it a rerun on a finished dir is refused."""
 
 
 @dataclass
@@ -249,12 +257,22 @@ def check_adapter_base(recipe: Recipe, adapter_dir: Path, field_name: str) -> No
             f"but model.name={recipe.model.name!r} resolves to {resolved!r}")
 
 
+def check_output_dir(recipe: Recipe) -> None:
+    """A finished adapter (its manifest.json is written last) is never replaced silently."""
+    manifest = Path(recipe.output.dir) / "manifest.json"
+    if manifest.is_file() and not recipe.output.overwrite:
+        raise RecipeError(
+            f"'output.dir': {recipe.output.dir} already holds a trained adapter ({manifest.name}); "
+            f"choose another output.dir, or pass output.overwrite=true to train again and replace it")
+
+
 def check_recipe(recipe: Recipe) -> None:
     """What can only be checked against the file system: the dataset and any adapter to continue."""
     if recipe.lora.r > recipe.output.max_serving_rank:
         raise RecipeError(f"'lora.r'={recipe.lora.r} exceeds 'output.max_serving_rank'="
                           f"{recipe.output.max_serving_rank}: the serving side could not load the adapter")
     check_dataset_dir(recipe)
+    check_output_dir(recipe)
     if recipe.lora.init_from:
         check_adapter_base(recipe, Path(recipe.lora.init_from), "lora.init_from")
     checkpoints = Path(recipe.output.dir) / "checkpoints"

@@ -54,8 +54,9 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
         raise ValueError(f"data.dataset_dir={data.dataset_dir}: no train split (has {sorted(raw)})")
     # validation may be absent: a small run can hold out no task for it (then no eval).
     splits = {name: raw[name].select_columns(["messages"]) for name in ("train", "validation") if name in raw}
-    if data.max_train_examples:
-        splits["train"] = splits["train"].select(range(min(data.max_train_examples, len(splits["train"]))))
+    if data.max_train_examples:  # a seeded sample: the first N rows would be the first few tasks only
+        sample = splits["train"].shuffle(seed=data.sample_seed)
+        splits["train"] = sample.select(range(min(data.max_train_examples, len(sample))))
     if data.max_eval_examples and "validation" in splits:
         splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
     if data.system_prompt == "short":
@@ -72,14 +73,24 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
     return splits, info
 
 
+def token_count(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Token ids of the conversation as the trainer tokenizes it (the chat template, whole).
+
+    ``apply_chat_template(..., tokenize=True)`` returns a ``BatchEncoding`` in transformers 5,
+    whose ``len()`` is its number of fields (2), not its tokens: ask for the bare id list.
+    """
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+    return len(ids)
+
+
 def drop_overlong(splits: dict[str, Any], tokenizer: Any, max_length: int) -> tuple[dict[str, Any], dict[str, int]]:
-    """Drop examples whose rendered conversation exceeds ``max_length`` tokens.
+    """Drop examples whose rendered conversation exceeds ``max_length`` tokens; count them per split.
 
     Truncation would cut the assistant turn — the only part trained on — so an over-long
-    example is left out and counted instead (the manifest reports how many).
+    example is left out and counted instead (the manifest and the adapter card report how many).
     """
     def fits(row: dict[str, Any]) -> bool:
-        return len(tokenizer.apply_chat_template(row["messages"], tokenize=True)) <= max_length
+        return token_count(tokenizer, row["messages"]) <= max_length
 
     kept = {name: split.filter(fits) for name, split in splits.items()}
     return kept, {name: len(splits[name]) - len(kept[name]) for name in splits}

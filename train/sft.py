@@ -37,16 +37,24 @@ def main(argv: list[str] | None = None) -> int:
 
     from data.loss_mask import lint_loss_mask
     from heart.models import model_content_hash, read_manifest, resolve_model
-    from train.adapter import build_manifest, check_servable, linear_module_names, move_adapter_files, write_adapter_folder
+    from train.adapter import (build_manifest, check_servable, linear_module_names, lora_placement,
+                               publish_adapter, read_adapter_config)
     from train.role_data import drop_overlong, load_role_dataset
     from train.templates import template_for
+
+    checkpoints = Path(recipe.output.dir) / "checkpoints"
+    if recipe.output.overwrite and (Path(recipe.output.dir) / "manifest.json").is_file() and checkpoints.is_dir():
+        shutil.rmtree(checkpoints)  # kept checkpoints of the finished run: train again, do not resume it
 
     base_path = resolve_model(recipe.model.name)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     tokenizer.chat_template = template_for(tokenizer)  # same text, plus {% generation %} markers
     splits, dataset_info = load_role_dataset(recipe.data)
     splits, dataset_info["dropped_overlong"] = drop_overlong(splits, tokenizer, recipe.sft.max_length)
+    dataset_info["max_length"] = recipe.sft.max_length
     dataset_info["sizes"] = {name: len(split) for name, split in splits.items()}  # what is trained on
+    print(f"train.sft: {recipe.data.role}: over-long examples (> {recipe.sft.max_length} tokens) dropped: "
+          + ", ".join(f"{name} {n}" for name, n in dataset_info["dropped_overlong"].items()), file=sys.stderr)
     if len(splits["train"]) == 0:
         print(f"train.sft: no train example fits sft.max_length={recipe.sft.max_length}", file=sys.stderr)
         return 2
@@ -58,12 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     linear_names = linear_module_names(model)
     lora, s, out = recipe.lora, recipe.sft, Path(recipe.output.dir)
     peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                             target_modules=lora.target_modules, task_type="CAUSAL_LM")
+                             task_type="CAUSAL_LM", **lora_placement(lora, model, linear_names))
     if lora.init_from:  # continue an adapter of the same base (checked at load)
         model, peft_config = PeftModel.from_pretrained(model, lora.init_from, is_trainable=True), None
 
     config = SFTConfig(
-        output_dir=str(out / "checkpoints"), assistant_only_loss=True, max_length=s.max_length,
+        # drop_overlong already enforced max_length (dropping, not truncating); padding-free batches
+        # refuse a max_length they cannot enforce themselves, so they get None.
+        output_dir=str(out / "checkpoints"), assistant_only_loss=True, max_length=None if s.padding_free else s.max_length,
         num_train_epochs=s.epochs, max_steps=s.max_steps, learning_rate=s.learning_rate,
         lr_scheduler_type=s.lr_scheduler, warmup_steps=s.warmup_ratio, per_device_train_batch_size=s.batch_size,
         per_device_eval_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
@@ -71,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         save_total_limit=s.save_total_limit, eval_strategy="steps" if s.eval_steps and "validation" in splits else "no",
         eval_steps=s.eval_steps or None, seed=s.seed, bf16=s.bf16, gradient_checkpointing=s.gradient_checkpointing,
         use_cpu=s.use_cpu, include_num_input_tokens_seen="non_padding", report_to="none",
+        padding_free=s.padding_free,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
                          processing_class=tokenizer, peft_config=peft_config)
@@ -83,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if trainer.is_fsdp_enabled:  # checkpoints are sharded; the adapter we ship is one plain file
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(out / "checkpoints" / "final"))
+    staged = out / "checkpoints" / "final"
+    trainer.save_model(str(staged))
     if not trainer.accelerator.is_main_process:
         return 0
-    adapter_config = move_adapter_files(out / "checkpoints" / "final", out)
-    check_servable(adapter_config, recipe, linear_names)
+    adapter_config = read_adapter_config(staged)
+    check_servable(adapter_config, recipe, linear_names)  # before anything in output.dir changes
 
     history = trainer.state.log_history
     train_losses = [e["loss"] for e in history if "loss" in e]
@@ -104,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {"name": recipe.model.name, "path": base_path, "content_hash": model_content_hash(base_path),
             "hf_id": (read_manifest(Path(base_path)) or {}).get("hf_id") if Path(base_path).is_dir() else base_path}
     lint_info = {"examples": lint.examples, "masked_tokens": lint.masked_tokens, "tokens": lint.tokens}
-    write_adapter_folder(out, build_manifest(recipe, adapter_config, base, dataset_info, metrics, lint_info), history)
+    publish_adapter(staged, out, build_manifest(recipe, adapter_config, base, dataset_info, metrics, lint_info), history)
     if not recipe.output.keep_checkpoints:
         shutil.rmtree(out / "checkpoints")
     print(f"train.sft: wrote {out} (loss {metrics['train_loss_first']:.3f} -> {metrics['train_loss_last']:.3f}, "

@@ -53,3 +53,34 @@ def test_collect_build_train_and_serve_four_role_adapters(tmp_path, smollm2_path
     assert all(e["adapter"] == e["role"] for e in events)  # each role served by its own adapter
     assert all(e["messages"][0]["content"].startswith("You are the HEART") or
                e["messages"][0]["content"].startswith("You are a HEART") for e in events)
+
+
+def test_heart_pipeline_until_train_then_everything_is_skipped(tmp_path, smollm2_path):
+    """`heart pipeline --until train` on real data and real training, at toy scale; then a rerun
+    skips every stage (content-addressed) and `--stage train --force` retrains alone."""
+    import yaml
+
+    recipe = tmp_path / "pipeline.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "run_dir": "run", "collect": {"envs": ["bfcl"], "limit": 6},
+        "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml"), "roles": ["primitive", "verifier"],
+                  "overrides": ["sft.max_steps=1", "sft.batch_size=2", "data.max_train_examples=4",
+                                "data.max_eval_examples=1", "sft.max_length=4096"]}}))
+    done = heart("pipeline", "--recipe", str(recipe), "--until", "train", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for role in ("primitive", "verifier"):
+        manifest = json.loads((tmp_path / "run/adapters" / role / "manifest.json").read_text())
+        assert manifest["role"] == role and manifest["system_prompt"] == "short"
+        assert manifest["lora"]["layers"] == list(range(22, 30))  # the recipe's top_layers: 8 of 30
+        assert manifest["dataset"]["sizes"]["train"] == 4 and "dropped_overlong" in manifest["dataset"]
+    timings = json.loads((tmp_path / "run/pipeline.json").read_text())["stages"]
+    assert list(timings) == ["collect", "datasets", "train"] and all(t["wall_s"] > 0 for t in timings.values())
+
+    again = heart("pipeline", "--recipe", str(recipe), "--until", "train", cwd=tmp_path)
+    assert again.returncode == 0 and again.stderr.count("up to date") == 3, again.stderr[-2000:]
+    weights = (tmp_path / "run/adapters/verifier/adapter_model.safetensors").stat().st_mtime_ns
+
+    retrain = heart("pipeline", "--recipe", str(recipe), "--stage", "train", "--force", cwd=tmp_path)
+    assert retrain.returncode == 0, retrain.stderr[-3000:]
+    assert "collect" not in retrain.stderr.split("pipeline: [1/1]")[0]
+    assert (tmp_path / "run/adapters/verifier/adapter_model.safetensors").stat().st_mtime_ns != weights

@@ -112,3 +112,26 @@ def test_tiny_qwen3_template_and_assistant_only_loss(tmp_path, tiny_qwen3_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["base_model"]["name"] == "tiny-qwen3" and manifest["system_prompt"] == "short"
     assert 0 < manifest["loss_mask"]["masked_tokens"] < manifest["loss_mask"]["tokens"]
+
+
+def test_over_long_example_is_dropped_and_counted_and_a_finished_dir_is_not_retrained(tmp_path, tiny_qwen3_path):
+    from datasets import DatasetDict, concatenate_datasets, load_from_disk
+
+    data = load_from_disk(str(write_synthetic_role_dataset(tmp_path / "data", "router", 4, 2, compact=True)))
+    row = dict(data["train"][0])
+    row["messages"] = [*row["messages"][:2], {"role": "assistant", "content": "{\"status\": \"READY\"} " * 300}]
+    long_data = tmp_path / "long"
+    DatasetDict({"train": concatenate_datasets([data["train"], data["train"].from_list([row])]),
+                 "validation": data["validation"]}).save_to_disk(str(long_data))
+    out = tmp_path / "router"
+    args = ["--recipe", str(REPO / "recipes/smollm2-135m/router.yaml"), "model.name=tiny-qwen3",
+            *overrides(long_data, out, "sft.max_steps=1", "sft.save_steps=100")]
+    assert sft_main(args) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["dataset"]["dropped_overlong"] == {"train": 1, "validation": 0}
+    assert manifest["dataset"]["sizes"] == {"train": 4, "validation": 2}
+    assert "1 of 5 train" in (out / "README.md").read_text()
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sft_main(args) == 2  # a finished adapter is not silently retrained and replaced
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

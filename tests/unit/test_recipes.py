@@ -13,7 +13,8 @@ import yaml
 from train.config import Recipe, load_recipe, load_roles
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml") if p.parent.name != "accelerate" and p.name != "roles.yaml")
+ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml")
+                      if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "pipeline.yaml"))
 ROLES_FILES = sorted(RECIPES.glob("*/roles.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
 
@@ -121,3 +122,65 @@ def test_qwen3_8b_recipe_on_meta_model(path, qwen3_8b_meta):
     print(f"\n{path.stem}: trainable {trainable:,} / {total:,} ({trainable / total:.2%}); bf16 memory at batch "
           f"{recipe.sft.batch_size} x {recipe.sft.max_length}: " + ", ".join(f"{k} {v:.1f} GB" for k, v in memory.items()))
     assert memory["total"] < 80
+
+
+def test_qwen3_8b_pipeline_recipe_on_meta_model(qwen3_8b_meta):
+    """The GPU pipeline: OpenAI-compatible teacher, the accelerate configs it names, and each role's
+    recipe applied through train.sft's own LoRA placement on the meta-device Qwen3-8B."""
+    import copy
+
+    from accelerate import init_empty_weights
+    from peft import LoraConfig, get_peft_model
+
+    from heart.pipeline import _recipe_files, load_pipeline, stages
+    from heart.runtime.openai_compat import parse_teacher_spec
+    from train.adapter import linear_module_names, lora_placement
+    from train.known_configs import QWEN3_8B, lora_parameters, training_memory_gb
+
+    config, folder = load_pipeline(RECIPES / "qwen3-8b/pipeline.yaml")
+    assert config.model == "Qwen/Qwen3-8B" and parse_teacher_spec(config.collect.teacher).kind == "openai"
+    assert config.collect.fault_rate == 0  # faults are a gold-teacher option
+    header = (RECIPES / "qwen3-8b/pipeline.yaml").read_text()
+    assert "accelerate/fsdp.yaml" in header and "accelerate/deepspeed_zero3.yaml" in header
+    files = _recipe_files(folder / config.train.recipe, config.train.roles)
+    assert files[-1].name == "single_gpu.yaml" and all(f.is_file() for f in files)
+    train_stage = next(s for s in stages(config, folder) if s.name == "train")
+    assert len(train_stage.commands) == 4
+
+    linear = linear_module_names(qwen3_8b_meta)
+    base_params = sum(p.numel() for p in qwen3_8b_meta.parameters())
+    for recipe_path in files[1:-1]:
+        recipe = load_recipe(recipe_path, check_paths=False)
+        with init_empty_weights():
+            model = get_peft_model(copy.deepcopy(qwen3_8b_meta), LoraConfig(
+                r=recipe.lora.r, lora_alpha=recipe.lora.alpha, lora_dropout=recipe.lora.dropout, task_type="CAUSAL_LM",
+                **lora_placement(recipe.lora, qwen3_8b_meta, linear)))
+        assert {n.rsplit(".", 1)[-1] for n in model.peft_config["default"].target_modules} == linear
+        trainable, total = model.get_nb_trainable_parameters()
+        layers = recipe.lora.top_layers or QWEN3_8B["num_hidden_layers"]
+        assert trainable == lora_parameters(QWEN3_8B, recipe.lora.r) * layers // QWEN3_8B["num_hidden_layers"]
+        memory = training_memory_gb(QWEN3_8B, base_params, trainable, recipe.sft.batch_size, recipe.sft.max_length,
+                                    recipe.sft.gradient_checkpointing)
+        assert memory["total"] < 80, memory
+
+
+def test_top_layers_places_lora_on_the_upper_layers_only(qwen3_8b_meta):
+    import copy
+
+    from accelerate import init_empty_weights
+    from peft import LoraConfig, get_peft_model
+
+    from train.adapter import linear_module_names, lora_placement
+    from train.config import LoraConfig as RecipeLora
+    from train.known_configs import QWEN3_8B, lora_parameters
+
+    placement = lora_placement(RecipeLora(r=8, top_layers=4), qwen3_8b_meta, linear_module_names(qwen3_8b_meta))
+    assert placement["layers_to_transform"] == [32, 33, 34, 35]
+    with init_empty_weights():
+        model = get_peft_model(copy.deepcopy(qwen3_8b_meta), LoraConfig(r=8, lora_alpha=16, task_type="CAUSAL_LM",
+                                                                          **placement))
+    adapted = {int(n.split(".layers.")[1].split(".")[0]) for n, _ in model.named_parameters() if "lora_A" in n}
+    assert adapted == {32, 33, 34, 35}
+    assert model.get_nb_trainable_parameters()[0] == lora_parameters(QWEN3_8B, 8) * 4 // 36
+    with pytest.raises(ValueError, match="top_layers=40 but the base has 36"):
+        lora_placement(RecipeLora(top_layers=40), qwen3_8b_meta, set())

@@ -113,3 +113,12 @@ def test_entry_point_rejects_bad_recipe_and_writes_nothing(tmp_path, dataset_dir
     assert result.returncode != 0
     assert expected in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_rerun_on_a_finished_output_dir_is_refused(tmp_path, dataset_dir):
+    recipe = write_recipe(tmp_path, dataset_dir)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.json").write_text("{}")
+    with pytest.raises(RecipeError, match=r"'output.dir': .* already holds a trained adapter.*output.overwrite=true"):
+        load_recipe(recipe)
+    assert load_recipe(recipe, ["output.overwrite=true"]).output.overwrite

@@ -1,0 +1,351 @@
+"""The whole distillation as one command: collect → role datasets → four adapters → held-out
+role inputs → per-role and end-to-end evaluation, base vs distilled → report.
+
+    heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml                 every stage, in order
+    heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml --until train   collect, datasets, train
+    heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml --stage eval_roles   one stage alone
+
+Each stage runs existing CLI commands in subprocesses (``heart collect``, ``heart datasets
+build``, ``heart train``, ``python -m eval.heldout``, ``heart eval roles|e2e``, ``heart
+report``), so this module imports neither ``train`` nor ``eval``. Every stage is
+content-addressed: its key is a hash of its commands and of the bytes of its inputs (the
+upstream stage's outputs, the training recipes, the base model's manifest). A stage whose
+stamp (``<run_dir>/stamps/<stage>.json``) holds the same key, and whose outputs still have
+the fingerprint recorded there, is skipped with a line saying so; otherwise its outputs are
+removed and it runs again from scratch. Per-stage wall times go to ``<run_dir>/pipeline.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Field, TypeAdapter, ValidationError
+
+Env = Literal["bfcl", "agentdojo"]
+ROLES = ("planner", "router", "primitive", "verifier")
+STAMP_VERSION = 1
+
+
+class PipelineError(ValueError):
+    """A pipeline recipe or invocation that cannot run; the message names what is wrong."""
+
+
+@dataclass
+class CollectConfig:
+    envs: list[Env] = field(default_factory=lambda: ["bfcl", "agentdojo"])
+    """Environments whose train split the teacher runs over."""
+    teacher: str = "gold"
+    """Teacher: gold (gold-guided, offline), openai:<url>#<model> (vLLM or any API), or hf:<model>."""
+    fault_rate: Annotated[float, Field(ge=0, le=1)] = 0.3
+    """Share of gold-teacher role calls with an injected fault (gives the Verifier FAIL labels)."""
+    limit: Annotated[int, Field(ge=0)] = 0
+    """First N train tasks per environment (0 = the whole train split)."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """One episode per task per seed."""
+    concurrency: Annotated[int, Field(gt=0)] = 8
+    """Episodes run at once."""
+
+
+@dataclass
+class HeldoutConfig:
+    envs: list[Env] = field(default_factory=lambda: ["bfcl", "agentdojo"])
+    """Environments whose test split gives the held-out role inputs."""
+    fault_rate: Annotated[float, Field(ge=0, le=1)] = 0.3
+    """Fault rate of the test collection (held-out Verifier inputs need FAIL cases too)."""
+    limit: Annotated[int, Field(ge=0)] = 20
+    """First N test tasks per environment (0 = the whole test split)."""
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "roles.yaml"
+    """roles.yaml of the per-role recipes, relative to the pipeline YAML's folder."""
+    roles: list[Literal["planner", "router", "primitive", "verifier"]] = field(default_factory=lambda: list(ROLES))
+    """Roles to distil (one adapter each)."""
+    overrides: list[str] = field(default_factory=list)
+    """section.key=value overrides applied to every role's recipe (data and output dirs are set by the pipeline)."""
+
+
+@dataclass
+class EvalConfig:
+    roles_limit: Annotated[int, Field(ge=0)] = 16
+    """Held-out rows per role for the per-role evaluation (0 = all)."""
+    roles_args: list[str] = field(default_factory=list)
+    """Extra arguments for `heart eval roles` (e.g. --batch-size 8)."""
+    e2e_env: Env = "bfcl"
+    """Environment of the end-to-end evaluation (its test split)."""
+    e2e_limit: Annotated[int, Field(gt=0)] = 2
+    """Test tasks run end to end, per side (base and distilled)."""
+    e2e_args: list[str] = field(default_factory=list)
+    """Extra arguments for `heart eval e2e` (e.g. --budget 1 --max-plan-steps 3)."""
+
+
+@dataclass
+class PipelineConfig:
+    run_dir: str = "runs/pipeline"
+    """Folder of everything the pipeline writes (relative to the working directory)."""
+    model: str = "smollm2-135m"
+    """Base model of the training recipes (its manifest is an input of the train stage)."""
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def _check_keys(data: Any, cls: type, where: str) -> None:
+    """Unknown keys fail with the section's known ones (pydantic ignores extras on dataclasses)."""
+    if not isinstance(data, dict):
+        raise PipelineError(f"{where or 'pipeline recipe'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        name = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            raise PipelineError(f"unknown key '{name}' (known: {', '.join(fields)})")
+        section = fields[key].default_factory  # the nested config class of a section, else a list factory
+        if isinstance(section, type) and dataclasses.is_dataclass(section):
+            _check_keys(value, section, name)
+
+
+def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
+    """(config, folder of the YAML); fails naming the field for unknown keys and bad values."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"pipeline recipe {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise PipelineError(f"{path}: not valid YAML ({err})") from None
+    _check_keys(data, PipelineConfig, "")
+    try:
+        return TypeAdapter(PipelineConfig).validate_python(data), path.parent
+    except ValidationError as err:
+        problems = [f"'{'.'.join(str(p) for p in e['loc'])}': {e['msg']} (got {e['input']!r})" for e in err.errors()]
+        raise PipelineError(f"{path}: invalid pipeline recipe: " + "; ".join(problems)) from None
+
+
+@dataclass
+class Stage:
+    name: str
+    commands: list[list[str]]
+    """Command lines, as a user types them (`heart ...`, `python -m ...`): they are what the key hashes."""
+    inputs: list[Path]
+    """Files and folders whose bytes the stage reads (their fingerprints enter the key)."""
+    outputs: list[Path]
+    """Folders the stage writes (removed before it reruns; fingerprinted into the stamp)."""
+
+
+def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
+    run = Path(config.run_dir)
+    c, h, t, e = config.collect, config.heldout, config.train, config.eval
+    faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
+    collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
+                "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency),
+                "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else [])] for env in c.envs]
+    roles_yaml = recipe_dir / t.recipe
+    recipe_files = _recipe_files(roles_yaml, t.roles)
+    train = [["heart", "train", "--recipe", str(roles_yaml), "--roles", role,
+              f"data.dataset_dir={run / 'datasets' / role}", f"output.dir={run / 'adapters' / role}",
+              "output.overwrite=true", *t.overrides] for role in t.roles]
+    test_faults = ["--fault-rate", str(h.fault_rate)] if h.fault_rate else []
+    collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, *test_faults,
+                     "--concurrency", str(c.concurrency), "--out", str(run / "collect-test"),
+                     *(["--limit", str(h.limit)] if h.limit else [])] for env in h.envs]
+    limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
+    base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
+    eval_roles = [["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--roles", "base",
+                   *base, "--only", ",".join(t.roles), *limit, *e.roles_args, "--out", str(run / "eval" / "roles-base")],
+                  ["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
+                   str(run / "adapters"), "--only", ",".join(t.roles), *limit, *e.roles_args,
+                   "--out", str(run / "eval" / "roles-distilled")]]
+    eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", side, *base,
+                 "--limit", str(e.e2e_limit), *e.e2e_args, "--out", str(run / "eval" / f"e2e-{name}")]
+                for name, side in (("base", "base"), ("distilled", str(run / "adapters")))]
+    return [
+        Stage("collect", collect, [], [run / "collect"]),
+        Stage("datasets", [["heart", "datasets", "build", str(run / "collect"), "--out", str(run / "datasets"),
+                            "--overwrite"]], [run / "collect" / "traces"], [run / "datasets"]),
+        Stage("train", train, [run / "datasets", *recipe_files, *_model_manifest(config.model)], [run / "adapters"]),
+        Stage("collect_test", collect_test, [], [run / "collect-test"]),
+        Stage("heldout", [["python", "-m", "eval.heldout", str(run / "collect-test"), "--out", str(run / "heldout"),
+                           "--split", "test", "--overwrite"]], [run / "collect-test" / "traces"], [run / "heldout"]),
+        Stage("eval_roles", eval_roles, [run / "heldout", run / "adapters"],
+              [run / "eval" / "roles-base", run / "eval" / "roles-distilled"]),
+        Stage("eval_e2e", eval_e2e, [run / "adapters"], [run / "eval" / "e2e-base", run / "eval" / "e2e-distilled"]),
+        Stage("report", [["heart", "report", str(run / "eval"), "--out", str(run / "report")]], [run / "eval"],
+              [run / "report"]),
+    ]
+
+
+STAGE_NAMES = ("collect", "datasets", "train", "collect_test", "heldout", "eval_roles", "eval_e2e", "report")
+
+
+def _recipe_files(roles_yaml: Path, roles: list[str]) -> list[Path]:
+    """roles.yaml, the chosen roles' recipes and the accelerate config: what the train stage reads."""
+    if not roles_yaml.is_file():
+        raise PipelineError(f"train.recipe: {roles_yaml} does not exist")
+    spec = yaml.safe_load(roles_yaml.read_text()) or {}
+    recipes = spec.get("roles") or {}
+    missing = [role for role in roles if role not in recipes]
+    if missing:
+        raise PipelineError(f"train.roles: {roles_yaml} has no recipe for {', '.join(missing)}")
+    files = [roles_yaml, *(roles_yaml.parent / recipes[role] for role in roles)]
+    if spec.get("accelerate_config"):
+        files.append(roles_yaml.parent / spec["accelerate_config"])
+    return files
+
+
+def _model_manifest(name: str) -> list[Path]:
+    """The base model's content-hash manifest: retraining follows a changed base."""
+    from heart.models import resolve_model
+
+    manifest = Path(resolve_model(name)) / "heart_model.json"
+    return [manifest] if manifest.is_file() else []
+
+
+def fingerprint(paths: list[Path]) -> str:
+    """sha256 over each path's files (relative names and bytes); a missing path hashes as missing."""
+    digest = hashlib.sha256()
+    for root in paths:
+        digest.update(f"\0root {root}\0".encode())
+        if not root.exists():
+            digest.update(b"missing")
+            continue
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            digest.update(str(path.relative_to(root) if path != root else path.name).encode() + b"\0")
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def stage_key(stage: Stage) -> str:
+    payload = json.dumps({"version": STAMP_VERSION, "stage": stage.name, "commands": stage.commands,
+                          "inputs": fingerprint(stage.inputs)}, sort_keys=True)
+    return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _stamp_path(run: Path, stage: Stage) -> Path:
+    return run / "stamps" / f"{stage.name}.json"
+
+
+def is_up_to_date(run: Path, stage: Stage, key: str) -> dict[str, Any] | None:
+    """The stamp when the stage ran with this key and its outputs are as it left them, else None."""
+    path = _stamp_path(run, stage)
+    if not path.is_file():
+        return None
+    stamp = json.loads(path.read_text())
+    if stamp.get("key") != key or stamp.get("outputs") != fingerprint(stage.outputs):
+        return None
+    return stamp
+
+
+def _argv(command: list[str]) -> list[str]:
+    """Run `heart ...` and `python ...` with this interpreter, whatever PATH holds."""
+    if command[0] == "heart":
+        return [sys.executable, "-m", "heart.cli", *command[1:]]
+    if command[0] == "python":
+        return [sys.executable, *command[1:]]
+    return command
+
+
+def run_stage(run: Path, stage: Stage, key: str) -> tuple[int, float]:
+    """(exit status, wall seconds); a stage that reruns starts from empty outputs."""
+    missing = [str(p) for p in stage.inputs if not p.exists()]
+    if missing:
+        print(f"pipeline: {stage.name}: missing input(s) {', '.join(missing)}: run the stages before it first",
+              file=sys.stderr)
+        return 2, 0.0
+    _stamp_path(run, stage).unlink(missing_ok=True)
+    for output in stage.outputs:
+        shutil.rmtree(output, ignore_errors=True)
+    start = time.perf_counter()
+    for command in stage.commands:
+        print(f"pipeline: {stage.name}: $ {' '.join(command)}", file=sys.stderr, flush=True)
+        status = subprocess.call(_argv(command))
+        if status != 0:
+            print(f"pipeline: {stage.name}: failed ({' '.join(command[:3])} exited {status})", file=sys.stderr)
+            return status, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    stamp = {"stage": stage.name, "key": key, "outputs": fingerprint(stage.outputs), "wall_s": round(wall, 1),
+             "commands": stage.commands, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _stamp_path(run, stage).parent.mkdir(parents=True, exist_ok=True)
+    tmp = _stamp_path(run, stage).with_suffix(".tmp")
+    tmp.write_text(json.dumps(stamp, indent=2) + "\n")
+    tmp.replace(_stamp_path(run, stage))  # the stamp appears only once the stage finished
+    return 0, wall
+
+
+def select(all_stages: list[Stage], only: list[str] | None, until: str | None) -> list[Stage]:
+    names = [s.name for s in all_stages]
+    for name in [*(only or []), *([until] if until else [])]:
+        if name not in names:
+            raise PipelineError(f"unknown stage {name!r} (stages: {', '.join(names)})")
+    if only:
+        return [s for s in all_stages if s.name in only]
+    if until:
+        return all_stages[: names.index(until) + 1]
+    return all_stages
+
+
+def run_pipeline(recipe: str | Path, only: list[str] | None = None, until: str | None = None,
+                 force: bool = False) -> int:
+    config, recipe_dir = load_pipeline(recipe)
+    run = Path(config.run_dir)
+    chosen = select(stages(config, recipe_dir), only, until)
+    report_path = run / "pipeline.json"
+    timings = json.loads(report_path.read_text())["stages"] if report_path.is_file() else {}
+    total = time.perf_counter()
+    for index, stage in enumerate(chosen, 1):
+        head = f"pipeline: [{index}/{len(chosen)}] {stage.name}"
+        key = stage_key(stage)
+        stamp = None if force else is_up_to_date(run, stage, key)
+        if stamp:
+            print(f"{head}: up to date (same commands and inputs, key {key[7:19]}; ran in {stamp['wall_s']} s "
+                  f"at {stamp['finished_at']}) — skipped", file=sys.stderr, flush=True)
+            timings[stage.name] = {"wall_s": 0.0, "skipped": True, "last_run_wall_s": stamp["wall_s"]}
+            continue
+        print(f"{head}: running (key {key[7:19]})", file=sys.stderr, flush=True)
+        status, wall = run_stage(run, stage, key)
+        timings[stage.name] = {"wall_s": round(wall, 1), "skipped": False, "last_run_wall_s": round(wall, 1)}
+        run.mkdir(parents=True, exist_ok=True)
+        report_path.write_text(json.dumps({"recipe": str(recipe), "stages": timings}, indent=2) + "\n")
+        if status != 0:
+            return status
+        print(f"{head}: done in {wall:.0f} s", file=sys.stderr, flush=True)
+    elapsed = time.perf_counter() - total
+    report_path.write_text(json.dumps({"recipe": str(recipe), "stages": timings,
+                                       "last_invocation_wall_s": round(elapsed, 1)}, indent=2) + "\n")
+    print("\npipeline: stage wall times (this invocation; skipped stages: their last run)")
+    for stage in chosen:
+        t = timings[stage.name]
+        print(f"  {stage.name:13} {t['wall_s']:7.1f} s" + (f"  (skipped; ran in {t['last_run_wall_s']} s)"
+                                                           if t["skipped"] else ""))
+    print(f"  {'total':13} {elapsed:7.1f} s   → {report_path}")
+    return 0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--recipe", required=True, help="pipeline YAML (recipes/<model>/pipeline.yaml)")
+    parser.add_argument("--stage", action="append", choices=STAGE_NAMES, metavar="NAME",
+                        help=f"run only this stage (repeatable): {', '.join(STAGE_NAMES)}")
+    parser.add_argument("--until", choices=STAGE_NAMES, metavar="NAME", help="run the stages up to NAME, included")
+    parser.add_argument("--force", action="store_true", help="rerun the selected stages even when up to date")
+
+
+def main(args) -> int:
+    try:
+        return run_pipeline(args.recipe, args.stage, args.until, args.force)
+    except PipelineError as err:
+        print(f"heart pipeline: {err}", file=sys.stderr)
+        return 2

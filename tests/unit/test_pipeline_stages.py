@@ -1,0 +1,158 @@
+"""heart pipeline's stage logic with a fake command runner: order, stamps, skipping, reruns.
+
+The real commands (collect, build, train) run in tests/integration/test_pipeline.py.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from heart import pipeline
+from heart.pipeline import PipelineError, load_pipeline, run_pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def recipe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pipeline, "_model_manifest", lambda name: [])  # no embedded model needed here
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({
+        "run_dir": "run", "collect": {"envs": ["bfcl"], "limit": 3},
+        "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml"), "roles": ["planner", "router"],
+                  "overrides": ["sft.max_steps=1"]}}))
+    return path
+
+
+@pytest.fixture()
+def calls(monkeypatch):
+    """Record each command; write it into the folder it names after --out / output.dir (same command, same bytes)."""
+    seen = []
+
+    def fake_call(argv):
+        command = argv[3:] if argv[1:3] == ["-m", "heart.cli"] else argv[1:]
+        seen.append(" ".join(command))
+        for index, arg in enumerate(command):
+            target = command[index + 1] if arg == "--out" else arg.split("=", 1)[1] if arg.startswith("output.dir=") else None
+            if target:
+                folder = Path(target) / ("traces" if command[0] == "collect" else "")
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "written-by.txt").write_text(" ".join(command))
+        return 0
+
+    monkeypatch.setattr(pipeline.subprocess, "call", fake_call)
+    return seen
+
+
+def test_until_train_runs_three_stages_in_order_and_stamps_them(recipe, calls, capsys):
+    assert run_pipeline(recipe, until="train") == 0
+    assert [c.split()[0] for c in calls] == ["collect", "datasets", "train", "train"]
+    assert "--limit 3" in calls[0] and "--roles planner" in calls[2] and "sft.max_steps=1" in calls[3]
+    assert "output.dir=run/adapters/router" in calls[3]
+    stamps = {p.stem: json.loads(p.read_text()) for p in Path("run/stamps").glob("*.json")}
+    assert set(stamps) == {"collect", "datasets", "train"}
+    assert all(s["key"].startswith("sha256:") and s["wall_s"] >= 0 for s in stamps.values())
+    timings = json.loads(Path("run/pipeline.json").read_text())["stages"]
+    assert set(timings) == {"collect", "datasets", "train"} and not any(t["skipped"] for t in timings.values())
+    assert "total" in capsys.readouterr().out
+
+
+def test_same_config_and_inputs_are_skipped_with_a_line_saying_so(recipe, calls, capsys):
+    run_pipeline(recipe, until="train")
+    calls.clear()
+    capsys.readouterr()
+    assert run_pipeline(recipe, until="train") == 0
+    assert calls == []
+    err = capsys.readouterr().err
+    assert err.count("up to date") == 3 and "skipped" in err
+
+
+def test_a_changed_override_reruns_train_only(recipe, calls):
+    run_pipeline(recipe, until="train")
+    calls.clear()
+    config = yaml.safe_load(recipe.read_text())
+    config["train"]["overrides"] = ["sft.max_steps=2"]
+    recipe.write_text(yaml.safe_dump(config))
+    run_pipeline(recipe, until="train")
+    assert [c.split()[0] for c in calls] == ["train", "train"]
+
+
+def test_new_upstream_data_reruns_downstream_and_identical_data_does_not(recipe, calls):
+    run_pipeline(recipe, until="train")
+    calls.clear()
+    (Path("run/collect/traces") / "extra.jsonl").write_text("{}\n")  # outputs changed under collect's stamp
+    run_pipeline(recipe, until="train")
+    # collect reruns from scratch (the stray file is gone) and writes the same bytes: nothing downstream reruns
+    assert [c.split()[0] for c in calls] == ["collect"]
+    assert not (Path("run/collect/traces") / "extra.jsonl").exists()
+
+    calls.clear()
+    config = yaml.safe_load(recipe.read_text())
+    config["collect"]["limit"] = 4  # other traces: the datasets' input changed
+    recipe.write_text(yaml.safe_dump(config))
+    run_pipeline(recipe, until="train")
+    # the fake build writes the same bytes from other traces: the adapters' input did not change
+    assert [c.split()[0] for c in calls] == ["collect", "datasets"]
+
+
+def test_deleted_outputs_rerun_the_stage(recipe, calls):
+    run_pipeline(recipe, until="train")
+    calls.clear()
+    for f in Path("run/adapters/planner").iterdir():
+        f.unlink()
+    run_pipeline(recipe, until="train")
+    assert [c.split()[0] for c in calls] == ["train", "train"]
+
+
+def test_one_stage_alone_and_a_missing_input(recipe, calls, capsys):
+    assert run_pipeline(recipe, only=["datasets"]) == 2
+    assert "missing input(s) run/collect/traces" in capsys.readouterr().err and calls == []
+    run_pipeline(recipe, only=["collect"])
+    assert run_pipeline(recipe, only=["datasets"]) == 0
+    assert [c.split()[0] for c in calls] == ["collect", "datasets"]
+
+
+def test_a_failing_command_stops_the_pipeline_without_a_stamp(recipe, monkeypatch, capsys):
+    monkeypatch.setattr(pipeline.subprocess, "call", lambda argv: 3)
+    assert run_pipeline(recipe) == 3
+    assert "collect: failed" in capsys.readouterr().err
+    assert not Path("run/stamps/collect.json").exists()
+
+
+def test_eval_stages_call_the_eval_commands(recipe):
+    config, folder = load_pipeline(recipe)
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    assert list(by_name) == list(pipeline.STAGE_NAMES)
+    roles = [" ".join(c) for c in by_name["eval_roles"].commands]
+    assert roles[0].startswith("heart eval roles --data run/heldout --split test --roles base --model smollm2-135m")
+    assert "--adapters run/adapters" in roles[1]
+    e2e = [" ".join(c) for c in by_name["eval_e2e"].commands]
+    assert e2e[0].startswith("heart eval e2e --env bfcl --split test --roles base --model smollm2-135m --limit 2")
+    assert "--roles run/adapters" in e2e[1]
+    assert " ".join(by_name["report"].commands[0]) == "heart report run/eval --out run/report"
+    assert "--split test" in " ".join(by_name["collect_test"].commands[0])
+
+
+@pytest.mark.parametrize("content, expected", [
+    ({"colect": {}}, "unknown key 'colect'"),
+    ({"collect": {"limt": 2}}, "unknown key 'collect.limit'".replace("limit", "limt")),
+    ({"collect": {"envs": ["webshop"]}}, "'collect.envs.0'"),
+    ({"eval": {"e2e_limit": 0}}, "'eval.e2e_limit'"),
+    ("run_dir: [unclosed", "not valid YAML"),
+])
+def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    with pytest.raises(PipelineError, match=expected.replace("[", r"\[").replace(".", r"\.")):
+        load_pipeline(path)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "recipes").glob("*/pipeline.yaml")), ids=lambda p: p.parent.name)
+def test_shipped_pipeline_recipes_load(path):
+    config, folder = load_pipeline(path)
+    assert path.read_text().startswith(f"# heart pipeline --recipe recipes/{path.parent.name}/pipeline.yaml")
+    assert (folder / config.train.recipe).is_file()
+    assert pipeline._recipe_files(folder / config.train.recipe, config.train.roles)
