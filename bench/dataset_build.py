@@ -4,8 +4,8 @@
     python bench/dataset_build.py --episodes 2000 # a quick look
 
 Writes a synthetic collection run (two shards, episodes interleaved as concurrent
-collection writes them, message sizes like HEART's prompts: long fixed system prompts,
-task-specific user messages, JSON answers; re-plans, failing primitives, injected faults,
+collection writes them, every role call in its real format (Appendix D inputs and answers,
+per-step verification) under long fixed system prompts; re-plans, failing primitives, injected faults,
 failed and killed episodes, repeated tasks, a torn last line) into a temporary folder, then
 measures side by side in one run:
 
@@ -33,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.build import BuildOptions, build_role_datasets  # noqa: E402
+from heart.roles import planner, primitive, router, verifier  # noqa: E402
+from heart.roles.common import render_input  # noqa: E402
 from heart.traces import TRACE_FORMAT_VERSION, TraceReadStats, read_trace  # noqa: E402
 
 WORDS = ("file directory account balance transfer flight booking ticket message user send "
@@ -76,7 +78,14 @@ def write_run(run_dir: Path, episodes: int, seed: int = 0, concurrency: int = 8)
             "version": TRACE_FORMAT_VERSION,
         }
 
+    tools = [{"name": f"tool_{i}", "description": paragraph(rng, 12), "category": f"cat{i % 4}"}
+             for i in range(40)]
+    params = {"type": "object", "properties": {"path": {"type": "string"}, "count": {"type": "integer"}},
+              "required": ["path"]}
+    intent = {"task": "t", "objective": "o", "tool_categories": ["cat0"], "constraints": []}
+
     def episode_rows(index: int):
+        """One episode in the roles' real formats (Appendix D), per-step verification."""
         # A tenth of episodes replay an earlier one's randomness: exact duplicates, as when
         # a deterministic teacher sees the same task twice.
         erng = random.Random(seed * 1_000_003 + (index % (episodes * 9 // 10 + 1)))
@@ -87,34 +96,52 @@ def write_run(run_dir: Path, episodes: int, seed: int = 0, concurrency: int = 8)
         verdicts, replans = [], []
         for turn in range(turns):
             attempts = 1 + (erng.random() < 0.3) + (erng.random() < 0.1)
+            feedback: list[str] = []
             for attempt in range(attempts):
                 last = attempt == attempts - 1
-                feedback = "" if attempt == 0 else " Verifier feedback: " + paragraph(erng, 40)
                 steps = erng.randint(1, 4)
-                plan = {"status": "SUFFICIENT", "plan": [paragraph(erng, 12) for _ in range(steps)]}
-                yield event(ep, "planner", turn, attempt, None,
-                            f"Task: {task_text[task]} Tools: {paragraph(erng, 50)}{feedback}", plan)
-                failed = False
-                for step in range(steps):
-                    fault = {"injected_fault": "wrong_binding"} if erng.random() < 0.03 else {}
-                    dispatch = {"status": "READY", "dispatch": [{"step": step, "target_tool": "t",
-                                "invocation_request": paragraph(erng, 25)}]}
-                    yield event(ep, "router", turn, attempt, step,
-                                f"Plan: {json.dumps(plan)} Step {step}. " + paragraph(erng, 40),
-                                dispatch, extra=fault)
-                    status = "FAILURE" if (not last and step == steps - 1) or erng.random() < 0.05 else "SUCCESS"
-                    failed |= status == "FAILURE"
-                    envelope = {"status": status, "tool": "t", "bound_arguments": {"a": 1},
-                                "result": paragraph(erng, 30)}
-                    yield event(ep, "primitive", turn, attempt, step,
-                                f"Schema: {erng.choice(schemas)} Request: {paragraph(erng, 25)}",
-                                envelope, extra={"envelope": envelope})
-                verdict = "PASS" if last and erng.random() < 0.9 else "FAIL"
-                parse_error = "no JSON object" if erng.random() < 0.02 else None
-                yield event(ep, "verifier", turn, attempt, None,
-                            f"Task: {task_text[task]} Trace: {paragraph(erng, 200)}",
-                            {"verdict": verdict, "criteria": {}, "feedback": paragraph(erng, 30)},
-                            parse_error=parse_error)
+                shown = erng.sample(tools, 10)
+                payload = planner.build_payload(task_text[task], shown, feedback=list(feedback))
+                plan = [{"step": i, "tool_category": shown[i]["category"], "tool_hint": shown[i]["name"],
+                         "objective": paragraph(erng, 8), "dependencies": [i - 1] if i > 1 else []}
+                        for i in range(1, steps + 1)]
+                answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(feedback)}
+                yield event(ep, "planner", turn, attempt, None, render_input(planner.INSTRUCTION, payload), answer)
+                route_payload = router.build_payload(
+                    task_text[task], [{k: s[k] for k in ("step", "tool_hint", "objective", "dependencies")} for s in plan],
+                    {s["tool_hint"]: router.tool_parameters(params) for s in plan})
+                words = task_text[task].split()
+                dispatch = {"status": "READY", "dispatch": [
+                    {"step": s["step"], "target_tool": s["tool_hint"], "invocation_request": paragraph(erng, 12),
+                     "resolved_bindings": {"path": erng.choice(words)},
+                     "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}} for s in plan]}
+                fault = {"injected_fault": "wrong_argument", "fault_step": 1} if erng.random() < 0.03 else {}
+                yield event(ep, "router", turn, attempt, None, render_input(router.INSTRUCTION, route_payload),
+                            dispatch, extra=fault)
+                for s, d in zip(plan, dispatch["dispatch"]):
+                    status = "FAILURE" if (not last and s["step"] == steps) or erng.random() < 0.05 else "SUCCESS"
+                    envelope = {"status": status, "tool": s["tool_hint"], "bound_arguments": d["resolved_bindings"],
+                                "result": paragraph(erng, 30), "summary": paragraph(erng, 10),
+                                "meta": {"latency_s": 0.01, "attempts": 1}}
+                    card = primitive.tool_card(s["tool_hint"], paragraph(erng, 20), params)
+                    prim_payload = primitive.build_payload(d["invocation_request"], d["resolved_bindings"], card)
+                    yield event(ep, "primitive", turn, attempt, s["step"],
+                                render_input(primitive.INSTRUCTION, prim_payload),
+                                {"tool": s["tool_hint"], "arguments": d["resolved_bindings"]},
+                                extra={"envelope": envelope})
+                    entry = verifier.step_entry(s, d["invocation_request"], d["resolved_bindings"], envelope, params)
+                    ver_payload = verifier.build_payload(task_text[task], intent, [entry])
+                    verdict = "PASS" if status == "SUCCESS" and (last or s["step"] < steps) else "FAIL"
+                    marks = dict.fromkeys(verifier.CRITERIA, "pass" if verdict == "PASS" else "fail")
+                    parse_error = "no JSON object" if erng.random() < 0.02 else None
+                    yield event(ep, "verifier", turn, attempt, s["step"],
+                                render_input(verifier.INSTRUCTION, ver_payload),
+                                {"status": verdict, "step": s["step"], "criteria": marks,
+                                 "feedback": "" if verdict == "PASS" else paragraph(erng, 30)},
+                                parse_error=parse_error)
+                    if verdict == "FAIL":
+                        feedback.append(paragraph(erng, 30))
+                        break
             verdicts.append(verdict)
             replans.append(attempts - 1)
         if erng.random() < 0.005:  # killed mid-episode: no record

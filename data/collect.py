@@ -127,7 +127,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
 
     entry = {
         "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
-        "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget,
+        "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget, "verify": args.verify,
         "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
@@ -139,7 +139,8 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
             raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or choose another --out") from None
         for old in manifest["collections"]:
             if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
-                changed = sorted(k for k in ("seeds", "replan_budget", "limit") if old[k] != entry[k])
+                changed = sorted(k for k in ("seeds", "replan_budget", "limit", "verify")
+                                 if old.get(k, "step" if k == "verify" else None) != entry[k])
                 if changed:
                     raise SystemExit(f"error: {out} holds this collection with different {changed}: "
                                      f"{ {k: old[k] for k in changed} }; use the same settings or another --out")

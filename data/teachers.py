@@ -88,7 +88,8 @@ def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]
 
 
 TASK_CHARS = 60
-OBJECTIVE_CHARS = 80
+OBJECTIVE_CHARS = 60
+STEP_OBJECTIVE_CHARS = 80
 """The teacher writes intents shorter than the schema allows: every token of an answer is
 one the student must learn to produce."""
 
@@ -216,7 +217,7 @@ class GoldTeacher:
             args = self._args_phrase(call.arguments, text)
             plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
                          "objective": self._fill(OBJECTIVES, call.name, tool["description"], args,
-                                                 planner.OBJECTIVE_CHARS),
+                                                 STEP_OBJECTIVE_CHARS),
                          "dependencies": [i - 1] if i > 1 else []})
         constraints = []
         for call in state.plan_calls:
@@ -231,7 +232,7 @@ class GoldTeacher:
                              TASK_CHARS),
             "objective": one_line(first, OBJECTIVE_CHARS),
             "tool_categories": sorted({s["tool_category"] for s in plan}),
-            "constraints": list(dict.fromkeys(constraints))[:planner.MAX_CONSTRAINTS],
+            "constraints": list(dict.fromkeys(constraints))[:3],
         }
         answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
         return answer, meta

@@ -64,7 +64,7 @@ from heart.toolface import ToolFace
 
 Observer = Callable[[str, dict[str, Any]], None]
 
-PLANNER_CONVERSATION_CHARS = 100
+PLANNER_CONVERSATION_CHARS = 60
 """The Planner sees earlier turns' responses cut to this: it plans from the gist, while the
 Router, which must ground values, sees them as the episode keeps them."""
 RESPONSE_RESULT_CHARS = 600
