@@ -15,6 +15,7 @@ steps that do not exist, unregistered tool names, prose and code fences around t
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import signal
@@ -279,6 +280,9 @@ class Counts:
 
 def check_parse(role: RoleUnderTest, text: str, limit_s: float = 2.0) -> tuple[str, str, float]:
     """("valid" | "typed_failure" | "exception" | "hang", detail, seconds) for one case."""
+    # Collect the generator's garbage first: a collection of hypothesis's deep structures
+    # landing inside the timed parse once took 2 s on the shared machine, none of it the parser's.
+    gc.collect()
     start = time.perf_counter()
     outcome, detail = _parse_once(role, text, limit_s)
     seconds = time.perf_counter() - start
