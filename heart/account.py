@@ -16,11 +16,11 @@ def _short(value: Any, limit: int = 160) -> str:
 class Account:
     """An observer for :class:`heart.loop.HeartLoop` that prints what happens."""
 
-    def __init__(self, out: TextIO = sys.stdout):
-        self.out = out
+    def __init__(self, out: TextIO | None = None):
+        self.out = out  # None: whatever sys.stdout is when printing (not when this module loaded)
 
     def __call__(self, kind: str, p: dict[str, Any]) -> None:
-        w = lambda line: print(line, file=self.out, flush=True)  # noqa: E731
+        w = lambda line: print(line, file=self.out or sys.stdout, flush=True)  # noqa: E731
         if kind == "turn":
             w(f"\n── turn {p['turn']} ── user: {_short(p['query'], 300)}")
         elif kind == "clarification":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -78,7 +79,8 @@ def run_episode(
         except BackendError as err:
             error = f"backend: {err}"
         except Exception as err:  # the loop or the environment broke: not the model's doing
-            error = f"episode: {type(err).__name__}: {err}"
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            error = f"episode: {type(err).__name__}: {err} (at {Path(where.filename).name}:{where.lineno})"
         if error is None and containment.abandoned:
             error = f"tool: {containment.abandoned}"
 

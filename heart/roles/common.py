@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Iterator, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -47,31 +47,47 @@ MAX_JSON_CANDIDATES = 256
 """How many ``{`` positions a parser tries as the start of the answer before giving up."""
 
 
+def _json_candidates(text: str) -> Iterator[tuple[Any, str | None]]:
+    """(value, None) or (None, decode error) for each ``{`` that may start the answer.
+
+    Bounded, so that no output costs more than a few passes over it: at most
+    ``MAX_JSON_CANDIDATES`` starts, and decoding stops once it has read 4× the text
+    (``'{"a": ' * 20000`` around an answer took 6 s when every start was tried in full).
+    """
+    decoder = json.JSONDecoder()
+    budget = 4 * len(text) + 10_000
+    position = text.find("{")
+    for _ in range(MAX_JSON_CANDIDATES):
+        if position < 0 or budget <= 0:
+            return
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as err:
+            budget -= max(err.pos - position, 1)
+            value, error = None, f"{err.msg} at char {err.pos}"
+        except RecursionError:  # nesting deeper than the decoder goes: not an answer
+            budget -= len(text) - position
+            value, error = None, f"nested too deeply at char {position}"
+        else:
+            budget -= end - position
+            error = None
+        yield value, error
+        position = text.find("{", position + 1)
+
+
 def extract_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` (after dropping any <think> block and code fences).
 
     Raises ValueError with a short reason when there is none.
     """
-    text = _THINK.sub("", text)
-    decoder = json.JSONDecoder()
-    position = text.find("{")
-    if position < 0:
-        raise ValueError("no JSON object in the output")
     last_error = None
-    for _ in range(MAX_JSON_CANDIDATES):  # bounded: '{' * 20000 must not cost 20000 decodes
-        if position < 0:
-            break
-        try:
-            value, _ = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as err:
-            last_error = err
-        except RecursionError:  # nesting deeper than the decoder goes: not an answer
-            last_error = json.JSONDecodeError("nested too deeply", text, position)
-        else:
-            if isinstance(value, dict):
-                return value
-        position = text.find("{", position + 1)
-    raise ValueError(f"no valid JSON object in the output ({last_error.msg} at char {last_error.pos})")
+    for value, error in _json_candidates(_THINK.sub("", text)):
+        if error is None and isinstance(value, dict):
+            return value
+        last_error = error or last_error
+    if last_error is None:
+        raise ValueError("no JSON object in the output")
+    raise ValueError(f"no valid JSON object in the output ({last_error})")
 
 
 @dataclass(frozen=True)
@@ -93,32 +109,19 @@ def parse_model(text: str, model: type[T]) -> ParseResult[T]:
     truncated answer reports its decode error, not a schema error about some object
     nested inside it.
     """
-    text = _THINK.sub("", text)
-    decoder = json.JSONDecoder()
-    position = text.find("{")
-    if position < 0:
-        return ParseResult(None, "no JSON object in the output")
     first_error: str | None = None
-    for _ in range(MAX_JSON_CANDIDATES):  # bounded: '{' * 20000 must not cost 20000 decodes
-        if position < 0:
-            break
+    for value, decode_error in _json_candidates(_THINK.sub("", text)):
         error = None
-        try:
-            value, _ = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as err:
-            error = f"no valid JSON object in the output ({err.msg} at char {err.pos})"
-        except RecursionError:  # nesting deeper than the decoder goes: not an answer
-            error = f"no valid JSON object in the output (nested too deeply at char {position})"
-        else:
-            if isinstance(value, dict):
-                try:
-                    return ParseResult(model.model_validate(value))
-                except RecursionError:
-                    error = f"output does not match the {model.__name__} schema: nested too deeply"
-                except ValidationError as err:
-                    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-                                         for e in err.errors()[:5])
-                    error = f"output does not match the {model.__name__} schema: {problems}"
+        if decode_error is not None:
+            error = f"no valid JSON object in the output ({decode_error})"
+        elif isinstance(value, dict):
+            try:
+                return ParseResult(model.model_validate(value))
+            except RecursionError:
+                error = f"output does not match the {model.__name__} schema: nested too deeply"
+            except ValidationError as err:
+                problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+                                     for e in err.errors()[:5])
+                error = f"output does not match the {model.__name__} schema: {problems}"
         first_error = first_error or error
-        position = text.find("{", position + 1)
     return ParseResult(None, first_error or "no JSON object in the output")

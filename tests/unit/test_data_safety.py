@@ -214,3 +214,26 @@ def test_a_role_subset_rebuild_keeps_the_other_roles_in_the_report(tmp_path):
     assert sorted(report["roles"]) == sorted(first.roles)
     for role in ("planner", "primitive", "verifier"):
         assert (out / role / "dataset_dict.json").exists()
+
+
+def test_an_errored_episode_is_dropped_and_its_rerun_is_used(tmp_path):
+    from test_dataset_build import TRAIN, Episode
+
+    from heart.traces import EpisodeRecord
+
+    run = tmp_path / "run"
+    with TraceWriter(run / "traces" / "shard-a.jsonl", fsync=False) as w:
+        x = Episode(w, "X", TRAIN[0])
+        x.attempt(0, "PASS")
+        w.write(EpisodeRecord(episode_id="X", task_id=TRAIN[0], env="toy", score=0.0, success=False,
+                              verdicts=["PASS"], replans_used=[0], errored=True, error="checker: crashed"))
+    with TraceWriter(run / "traces" / "shard-b.jsonl", fsync=False) as w:  # --resume ran it again
+        x = Episode(w, "X", TRAIN[0])
+        x.attempt(0, "PASS")
+        x.close(True)
+    report = _build(run, run / "datasets")
+    assert report.episodes["errored"] == 1 and report.episodes["records"] == 1
+    assert report.episodes.get("duplicate_records", 0) == 0
+    assert report.roles["planner"]["removed"]["errored_episode"] == 1
+    assert report.roles["planner"]["removed"]["event_after_episode_record"] == 0
+    assert sum(report.roles["planner"]["splits"].values()) == 1
