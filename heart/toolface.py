@@ -151,6 +151,10 @@ class Embedder:
     batch_size = 64
     progress_from = 256
     """Show a progress bar when at least this many texts need embedding."""
+    small_batch_threads = 1
+    """torch threads for encoding a handful of texts (a query). On the shared 2-core CPU one
+    query took ~50 ms with one thread and 560-1,400 ms with two (threads spin-waiting on
+    busy cores); large batches keep torch's default."""
 
     def __init__(self, cache_dir: Path | None = None):
         self.cache_dir = (cache_dir or default_cache_dir()) / "embeddings"
@@ -168,12 +172,20 @@ class Embedder:
             else:
                 missing[key] = text
         if missing:
+            import torch
+
             with _embedder_lock:
                 model = _load_embedder()
-                encoded = model.encode(
-                    list(missing.values()), batch_size=self.batch_size, normalize_embeddings=True,
-                    convert_to_numpy=True, show_progress_bar=len(missing) >= self.progress_from,
-                )
+                threads = torch.get_num_threads()
+                if len(missing) <= 4:
+                    torch.set_num_threads(self.small_batch_threads)
+                try:
+                    encoded = model.encode(
+                        list(missing.values()), batch_size=self.batch_size, normalize_embeddings=True,
+                        convert_to_numpy=True, show_progress_bar=len(missing) >= self.progress_from,
+                    )
+                finally:
+                    torch.set_num_threads(threads)
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             for key, vector in zip(missing, encoded):
                 vector = vector.astype(np.float32)

@@ -233,6 +233,31 @@ def test_threads_on_a_cold_cache_do_not_race_on_temp_files(tmp_path, monkeypatch
     assert np.load(tmp_path / "embeddings" / files[0]).tolist() == [0.5] * 4
 
 
+def test_a_query_is_encoded_with_one_torch_thread_and_the_setting_restored(tmp_path, monkeypatch):
+    import numpy as np
+    import torch
+
+    import heart.toolface as toolface_module
+
+    seen = []
+
+    class Model:
+        def encode(self, texts, **kwargs):
+            seen.append((len(texts), torch.get_num_threads()))
+            return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        embedder = Embedder(tmp_path)
+        embedder.embed_query("lock the doors")
+        embedder.embed([f"tool {i}" for i in range(10)])
+        assert seen == [(1, 1), (10, 2)] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(original)
+
+
 def test_index_writes_use_unique_temp_names(tmp_path):
     from heart.toolface import unique_temp_path
 
