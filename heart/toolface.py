@@ -217,6 +217,10 @@ class RetrievalConfig:
     expand_companions: bool = True
     """Add each ranked tool's companions (tools that its calls need alongside, see
     :func:`heart.catalog.tool_companions`) when ToolFace was given a companion map."""
+    collapse_variants: bool = True
+    """Show one tool per base name: the central catalog keeps different documents of one
+    function as ``name~hash`` (BFCL's live categories repeat functions with small edits),
+    and without collapsing they fill the whole list."""
     candidates: int = 100
     """Candidates taken from each of the dense and the lexical index before fusion."""
     index: str = "auto"
@@ -393,8 +397,17 @@ class ToolFace:
                     candidates.update(int(i) for i in top if lexical[i] > 0)
         ids = np.fromiter(candidates, dtype=np.int64)
         scores = alpha * (self._vectors[ids] @ q[0]) + (1 - alpha) * lexical[ids]
-        best = np.argsort(-scores, kind="stable")[:k]
-        return [(self._order[ids[i]], float(scores[i])) for i in best]
+        ranked, seen = [], set()
+        for i in np.argsort(-scores, kind="stable"):
+            name = self._order[ids[i]]
+            base = name.split("~", 1)[0]
+            if self.config.collapse_variants and base in seen:
+                continue
+            seen.add(base)
+            ranked.append((name, float(scores[i])))
+            if len(ranked) == k:
+                break
+        return ranked
 
     def retrieve(self, query: str, k: int | None = None) -> list[RetrievedTool]:
         """The ``k`` (default ``config.k``) best tools for ``query``, best first, then the

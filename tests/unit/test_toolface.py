@@ -157,6 +157,23 @@ def test_next_ranked_tools_fill_the_list_up_to_min_shown(tmp_path):
     assert len(small_face(tmp_path, k=2, min_shown=50).retrieve("anything")) == len(SMALL)
 
 
+def test_variants_of_one_function_are_shown_once(tmp_path):
+    from fakes import HashingEmbedder
+
+    from heart.toolface import RetrievalConfig
+
+    variants = [spec("find_restaurants", "Find restaurants in a city."),
+                spec("find_restaurants~a1b2c3", "Find restaurants in a city by cuisine."),
+                spec("book_table", "Book a table at a restaurant.")]
+    tools = [Tool(s, noop) for s in variants]
+    collapsed = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), config=RetrievalConfig(min_shown=0))
+    names = [n for n, _ in collapsed.search("find restaurants in a city", 3)]
+    assert len(names) == 2 and "book_table" in names
+    every = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(),
+                     config=RetrievalConfig(min_shown=0, collapse_variants=False))
+    assert len(every.search("find restaurants in a city", 3)) == 3
+
+
 def test_lexical_scoring_finds_words_of_a_tool_name(tmp_path):
     # BM25 alone (dense weight 0) matches the user's words against the name split into words.
     hits = small_face(tmp_path, k=1, dense_weight=0.0).retrieve("what are the stock details for NVDA")
