@@ -16,7 +16,9 @@ def bfcl_tools():
 
 
 def test_retrieves_the_right_tool_for_bfcl_requests(bfcl_tools, tmp_path):
-    toolface = ToolFace(bfcl_tools, cache_dir=tmp_path)
+    from heart.toolface import RetrievalConfig
+
+    toolface = ToolFace(bfcl_tools, cache_dir=tmp_path, config=RetrievalConfig(min_shown=0))
     cases = {
         "Move the file report.pdf into the archive folder": "mv",
         "Post a tweet about my new project": "post_tweet",
