@@ -154,6 +154,43 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_toolface(args: argparse.Namespace) -> int:
+    """Show what ToolFace gives the Planner for a task's turn (or any query)."""
+    from heart.catalog import catalog_tools, central_catalog, tool_companions
+    from heart.environments import load_environment
+    from heart.toolface import RetrievalConfig, ToolFace
+
+    environment = load_environment(args.env)
+    try:
+        task = environment.load_task(args.task or environment.task_ids()[0])
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    if not 0 <= args.turn < len(task.turns):
+        print(f"error: task {task.task_id} has turns 0..{len(task.turns) - 1}, not {args.turn}", file=sys.stderr)
+        return 2
+    session = environment.start(task)
+    tools = catalog_tools(session, central_catalog()) if args.catalog == "central" else session.tools
+    toolface = ToolFace(tools, config=RetrievalConfig(k=args.k), companions=tool_companions(environment))
+    query = args.query or task.turns[args.turn]
+    print(f"{task.task_id} turn {args.turn}, {len(toolface)} tools ({args.catalog}): {query}\n")
+    for tool in toolface.retrieve(query):
+        print(f"{tool.score:6.3f}  {tool.name}  [{tool.category}]  {tool.description}")
+    return 0
+
+
+def _toolface_arguments(sub) -> None:
+    p = sub.add_parser("toolface", help="show the tools ToolFace retrieves for a task's turn or a query")
+    p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
+    p.add_argument("--task", help="task id (default: the first task)")
+    p.add_argument("--turn", type=int, default=0, help="which user turn's text is the query")
+    p.add_argument("--query", help="search this text instead of the task's turn")
+    p.add_argument("--catalog", choices=["session", "central"], default="session",
+                   help="the task's own tools, or every BFCL + AgentDojo document")
+    p.add_argument("--k", type=int, default=7, help="ranked tools before companions are added")
+    p.set_defaults(func=cmd_toolface)
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
     from data.collect import collect
 
@@ -355,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pipeline", help="collect → datasets → train → evaluate → report, each stage content-addressed")
     pipeline_arguments(p)
     p.set_defaults(func=cmd_pipeline)
+    _toolface_arguments(sub)
     return parser
 
 

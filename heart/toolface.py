@@ -151,6 +151,10 @@ class Embedder:
     batch_size = 64
     progress_from = 256
     """Show a progress bar when at least this many texts need embedding."""
+    small_batch_threads = 1
+    """torch threads for encoding a handful of texts (a query). On the shared 2-core CPU one
+    query took ~50 ms with one thread and 560-1,400 ms with two (threads spin-waiting on
+    busy cores); large batches keep torch's default."""
 
     def __init__(self, cache_dir: Path | None = None):
         self.cache_dir = (cache_dir or default_cache_dir()) / "embeddings"
@@ -168,12 +172,20 @@ class Embedder:
             else:
                 missing[key] = text
         if missing:
+            import torch
+
             with _embedder_lock:
                 model = _load_embedder()
-                encoded = model.encode(
-                    list(missing.values()), batch_size=self.batch_size, normalize_embeddings=True,
-                    convert_to_numpy=True, show_progress_bar=len(missing) >= self.progress_from,
-                )
+                threads = torch.get_num_threads()
+                if len(missing) <= 4:
+                    torch.set_num_threads(self.small_batch_threads)
+                try:
+                    encoded = model.encode(
+                        list(missing.values()), batch_size=self.batch_size, normalize_embeddings=True,
+                        convert_to_numpy=True, show_progress_bar=len(missing) >= self.progress_from,
+                    )
+                finally:
+                    torch.set_num_threads(threads)
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             for key, vector in zip(missing, encoded):
                 vector = vector.astype(np.float32)
@@ -205,6 +217,10 @@ class RetrievalConfig:
     expand_companions: bool = True
     """Add each ranked tool's companions (tools that its calls need alongside, see
     :func:`heart.catalog.tool_companions`) when ToolFace was given a companion map."""
+    collapse_variants: bool = True
+    """Show one tool per base name: the central catalog keeps different documents of one
+    function as ``name~hash`` (BFCL's live categories repeat functions with small edits),
+    and without collapsing they fill the whole list."""
     candidates: int = 100
     """Candidates taken from each of the dense and the lexical index before fusion."""
     index: str = "auto"
@@ -381,8 +397,17 @@ class ToolFace:
                     candidates.update(int(i) for i in top if lexical[i] > 0)
         ids = np.fromiter(candidates, dtype=np.int64)
         scores = alpha * (self._vectors[ids] @ q[0]) + (1 - alpha) * lexical[ids]
-        best = np.argsort(-scores, kind="stable")[:k]
-        return [(self._order[ids[i]], float(scores[i])) for i in best]
+        ranked, seen = [], set()
+        for i in np.argsort(-scores, kind="stable"):
+            name = self._order[ids[i]]
+            base = name.split("~", 1)[0]
+            if self.config.collapse_variants and base in seen:
+                continue
+            seen.add(base)
+            ranked.append((name, float(scores[i])))
+            if len(ranked) == k:
+                break
+        return ranked
 
     def retrieve(self, query: str, k: int | None = None) -> list[RetrievedTool]:
         """The ``k`` (default ``config.k``) best tools for ``query``, best first, then the

@@ -16,7 +16,9 @@ def bfcl_tools():
 
 
 def test_retrieves_the_right_tool_for_bfcl_requests(bfcl_tools, tmp_path):
-    toolface = ToolFace(bfcl_tools, cache_dir=tmp_path)
+    from heart.toolface import RetrievalConfig
+
+    toolface = ToolFace(bfcl_tools, cache_dir=tmp_path, config=RetrievalConfig(min_shown=0))
     cases = {
         "Move the file report.pdf into the archive folder": "mv",
         "Post a tweet about my new project": "post_tweet",
@@ -157,6 +159,23 @@ def test_next_ranked_tools_fill_the_list_up_to_min_shown(tmp_path):
     assert len(small_face(tmp_path, k=2, min_shown=50).retrieve("anything")) == len(SMALL)
 
 
+def test_variants_of_one_function_are_shown_once(tmp_path):
+    from fakes import HashingEmbedder
+
+    from heart.toolface import RetrievalConfig
+
+    variants = [spec("find_restaurants", "Find restaurants in a city."),
+                spec("find_restaurants~a1b2c3", "Find restaurants in a city by cuisine."),
+                spec("book_table", "Book a table at a restaurant.")]
+    tools = [Tool(s, noop) for s in variants]
+    collapsed = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), config=RetrievalConfig(min_shown=0))
+    names = [n for n, _ in collapsed.search("find restaurants in a city", 3)]
+    assert len(names) == 2 and "book_table" in names
+    every = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(),
+                     config=RetrievalConfig(min_shown=0, collapse_variants=False))
+    assert len(every.search("find restaurants in a city", 3)) == 3
+
+
 def test_lexical_scoring_finds_words_of_a_tool_name(tmp_path):
     # BM25 alone (dense weight 0) matches the user's words against the name split into words.
     hits = small_face(tmp_path, k=1, dense_weight=0.0).retrieve("what are the stock details for NVDA")
@@ -231,6 +250,31 @@ def test_threads_on_a_cold_cache_do_not_race_on_temp_files(tmp_path, monkeypatch
     files = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
     assert len(files) == 1 and files[0].endswith(".npy")  # no temp file left behind
     assert np.load(tmp_path / "embeddings" / files[0]).tolist() == [0.5] * 4
+
+
+def test_a_query_is_encoded_with_one_torch_thread_and_the_setting_restored(tmp_path, monkeypatch):
+    import numpy as np
+    import torch
+
+    import heart.toolface as toolface_module
+
+    seen = []
+
+    class Model:
+        def encode(self, texts, **kwargs):
+            seen.append((len(texts), torch.get_num_threads()))
+            return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        embedder = Embedder(tmp_path)
+        embedder.embed_query("lock the doors")
+        embedder.embed([f"tool {i}" for i in range(10)])
+        assert seen == [(1, 1), (10, 2)] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(original)
 
 
 def test_index_writes_use_unique_temp_names(tmp_path):
