@@ -248,16 +248,15 @@ def plot_roles(results: list[dict[str, Any]], path: Path) -> bool:
             low.append(100 * (v - f["low"]) if f.get("low") is not None else 0)
             high.append(100 * (f["high"] - v) if f.get("high") is not None else 0)
         bars = ax.bar(x + (i - (len(columns) - 1) / 2) * width, values, width, yerr=[low, high], capsize=3, label=name)
-        for bar, role, value in zip(bars, ROLES, values):
+        for bar, role, value, up in zip(bars, ROLES, values, high):
             n = (r["figures"].get(role, {}).get(HEADLINE[role]) or {}).get("n")
-            if n is not None:
-                ax.annotate(f"n={n}", (bar.get_x() + bar.get_width() / 2, 1), ha="center", va="bottom", fontsize=7)
-            if not np.isnan(value):
-                ax.annotate(f"{value:.0f}", (bar.get_x() + bar.get_width() / 2, min(value, 100) + 1),
-                            ha="center", va="bottom", fontsize=8)
+            if not np.isnan(value):  # above the error bar, so nothing overlaps
+                ax.annotate(f"{value:.0f}\nn={n}", (bar.get_x() + bar.get_width() / 2, value + up + 1),
+                            ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, [f"{role}\n{HEADLINE[role]}" for role in ROLES], fontsize=8)
     ax.set_ylabel("% (95% bootstrap interval)")
-    ax.set_ylim(0, 110)
+    ax.set_ylim(0, 122)
+    ax.set_yticks(range(0, 101, 20))
     ax.set_title("Primary held-out metric per role")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(columns), frameon=False)
     fig.tight_layout()
