@@ -280,6 +280,10 @@ def plot_lift(figures: dict[str, Any], path: Path) -> bool:
     ax.bar(range(len(values)), values, color=["tab:green" if v > 0 else "tab:red" for v in values])
     ax.axhline(0, color="black", linewidth=0.8)
     ax.axhline(figures["mean_lift"], color="tab:blue", linestyle="--", label=f"MeanLift {figures['mean_lift']:+.1f}")
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:+.1f}", (i, v), ha="center", va="bottom" if v >= 0 else "top", fontsize=8)
+    span = max(10.0, 1.25 * max(abs(v) for v in values))  # a zero lift still gets a readable axis
+    ax.set_ylim(-span, span)
     ax.set_xticks(range(len(values)), labels, fontsize=7)
     ax.set_ylabel("lift (points)")
     ax.set_title("End-to-end lift per distilled run (seed)")
