@@ -127,7 +127,7 @@ def load_environment(env: str, category: str | None):
 
 def infrastructure_error(record: Any, events: list[dict[str, Any]]) -> str | None:
     """Why an episode says nothing about the model, or None when it is a fair measurement."""
-    if getattr(record, "errored", False):  # EpisodeRecord.errored (set by the loop, when it can)
+    if record.errored:  # EpisodeRecord.errored (set by the loop, when it can tell)
         return record.error or "episode record marked errored"
     backend_errors = [e["parse_error"] for e in events
                       if e.get("kind") != "episode" and (e.get("parse_error") or "").startswith(BACKEND_ERROR)]
@@ -146,8 +146,8 @@ def episode_row(task_id: str, seed: int, events: list[dict[str, Any]], record: A
     return {
         "task_id": task_id, "seed": seed, "errored": error is not None, "error": error,
         "score": None if error else record.score, "success": None if error else record.success,
-        "verdicts": getattr(record, "verdicts", None), "replans_used": getattr(record, "replans_used", None),
-        "checker": getattr(record, "checker", None), "wall_s": round(wall_s, 3),
+        "verdicts": record.verdicts if record else None, "replans_used": record.replans_used if record else None,
+        "checker": record.checker if record else None, "wall_s": round(wall_s, 3),
         "prompt_tokens": sum(e["prompt_tokens"] for e in calls),
         "completion_tokens": sum(e["completion_tokens"] for e in calls),
         "role_calls": sum(per_role.values()), **{f"{role}_calls": per_role.get(role, 0) for role in ROLES},
@@ -274,7 +274,7 @@ def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | Non
         "errored": [{"task_id": r["task_id"], "seed": r["seed"], "error": r["error"]} for r in rows if r["errored"]],
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in models.adapters.items()},
-        "backend": getattr(backend, "name", "gold"), "provenance": provenance(argv),
+        "backend": backend.name if backend is not None else "gold (per task)", "provenance": provenance(argv),
     }
     (out / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
     return results

@@ -248,16 +248,15 @@ def plot_roles(results: list[dict[str, Any]], path: Path) -> bool:
             low.append(100 * (v - f["low"]) if f.get("low") is not None else 0)
             high.append(100 * (f["high"] - v) if f.get("high") is not None else 0)
         bars = ax.bar(x + (i - (len(columns) - 1) / 2) * width, values, width, yerr=[low, high], capsize=3, label=name)
-        for bar, role, value in zip(bars, ROLES, values):
+        for bar, role, value, up in zip(bars, ROLES, values, high):
             n = (r["figures"].get(role, {}).get(HEADLINE[role]) or {}).get("n")
-            if n is not None:
-                ax.annotate(f"n={n}", (bar.get_x() + bar.get_width() / 2, 1), ha="center", va="bottom", fontsize=7)
-            if not np.isnan(value):
-                ax.annotate(f"{value:.0f}", (bar.get_x() + bar.get_width() / 2, min(value, 100) + 1),
-                            ha="center", va="bottom", fontsize=8)
+            if not np.isnan(value):  # above the error bar, so nothing overlaps
+                ax.annotate(f"{value:.0f}\nn={n}", (bar.get_x() + bar.get_width() / 2, value + up + 1),
+                            ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, [f"{role}\n{HEADLINE[role]}" for role in ROLES], fontsize=8)
     ax.set_ylabel("% (95% bootstrap interval)")
-    ax.set_ylim(0, 110)
+    ax.set_ylim(0, 122)
+    ax.set_yticks(range(0, 101, 20))
     ax.set_title("Primary held-out metric per role")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(columns), frameon=False)
     fig.tight_layout()
@@ -281,6 +280,10 @@ def plot_lift(figures: dict[str, Any], path: Path) -> bool:
     ax.bar(range(len(values)), values, color=["tab:green" if v > 0 else "tab:red" for v in values])
     ax.axhline(0, color="black", linewidth=0.8)
     ax.axhline(figures["mean_lift"], color="tab:blue", linestyle="--", label=f"MeanLift {figures['mean_lift']:+.1f}")
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:+.1f}", (i, v), ha="center", va="bottom" if v >= 0 else "top", fontsize=8)
+    span = max(10.0, 1.25 * max(abs(v) for v in values))  # a zero lift still gets a readable axis
+    ax.set_ylim(-span, span)
     ax.set_xticks(range(len(values)), labels, fontsize=7)
     ax.set_ylabel("lift (points)")
     ax.set_title("End-to-end lift per distilled run (seed)")

@@ -191,7 +191,7 @@ def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] 
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in models.adapters.items()},
         "short_prompts": list(models.short_prompts), "datasets": datasets,
-        "backend": getattr(backend, "name", "?"), "provenance": provenance(argv),
+        "backend": backend.name, "provenance": provenance(argv),
     }
     (out / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
     return results

@@ -89,11 +89,15 @@ def safe_ratio(numerator: float, denominator: float, empty: float = 1.0) -> floa
 def micro_prf(rows: np.ndarray) -> tuple[float, float, float]:
     """Micro precision, recall, F1 from rows of (true positives, predicted, gold).
 
-    Nothing predicted and nothing to find scores 1 (a perfect empty answer); nothing
-    predicted when there was something to find scores precision 1, recall 0.
+    Nothing predicted and nothing to find scores 1 (a perfect empty answer); predicting
+    nothing when there was something to find scores 0 on both (a model that never answers
+    must not get a perfect precision).
     """
     tp, predicted, gold = rows[:, 0].sum(), rows[:, 1].sum(), rows[:, 2].sum()
-    precision = safe_ratio(tp, predicted, empty=1.0)
+    if predicted == 0:
+        precision = 1.0 if gold == 0 else 0.0
+    else:
+        precision = tp / predicted
     recall = safe_ratio(tp, gold, empty=1.0)
     f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
     return float(precision), float(recall), float(f1)

@@ -36,6 +36,8 @@ def test_micro_prf_known_values():
     p, r, f = micro_prf(rows)
     assert p == pytest.approx(2 / 3) and r == pytest.approx(0.5) and f == pytest.approx(4 / 7)
     assert micro_prf(np.zeros((2, 3))) == (1.0, 1.0, 1.0)  # nothing to find, nothing predicted
+    assert micro_prf(np.array([[0, 0, 2]], dtype=float)) == (0.0, 0.0, 0.0)  # silent when it had to act
+    assert micro_prf(np.array([[0, 2, 0]], dtype=float)) == (0.0, 1.0, 0.0)  # acting when nothing was due
 
 
 def test_pass_hat_k_is_the_unbiased_all_k_succeed_estimator():
