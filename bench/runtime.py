@@ -228,6 +228,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32, help="max new tokens per call")
     parser.add_argument("--batch", type=int, default=8, help="concurrent clients / batch size")
     parser.add_argument("--episodes", type=int, default=0, help="BFCL dev episodes to time (0: skip)")
+    parser.add_argument("--episode-new-tokens", type=int, default=64, help="max new tokens per role call in episodes")
     parser.add_argument("--only-episodes", action="store_true", help="skip the call-level measurements")
     parser.add_argument("--out", default=str(REPO / "bench" / "runtime.json"))
     args = parser.parse_args()
@@ -244,7 +245,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(base_path, Path(tmp))
         if args.only_episodes:
-            report["episodes"] = episodes(adapters, args.episodes, args.batch, 128)
+            report["episodes"] = episodes(adapters, args.episodes, args.batch, args.episode_new_tokens)
             Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
             print(json.dumps(report, indent=2))
             return 0
@@ -273,7 +274,7 @@ def main() -> int:
         report["memory"] = memory(fp32, int8, base_path)
         del fp32, int8
         if args.episodes:
-            report["episodes"] = episodes(adapters, args.episodes, args.batch, 128)
+            report["episodes"] = episodes(adapters, args.episodes, args.batch, args.episode_new_tokens)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return 0
