@@ -40,7 +40,9 @@ def test_sft_on_smollm2_writes_a_servable_adapter(tmp_path, planner_data, smollm
     out = tmp_path / "planner"
     base_before = load_file(str(Path(smollm2_path) / "model.safetensors"))
     status = sft_main(["--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml"),
-                       *overrides(planner_data, out, "sft.max_steps=4", "sft.save_steps=100")])
+                       # 2 rows at batch 2: every step sees the same batch, so its loss must fall
+                       *overrides(planner_data, out, "sft.max_steps=4", "sft.save_steps=100",
+                                  "data.max_train_examples=2")])
     assert status == 0
     assert {p.name for p in out.iterdir()} == {"adapter_config.json", "adapter_model.safetensors", "manifest.json",
                                                "README.md", "loss.png"}
@@ -49,7 +51,7 @@ def test_sft_on_smollm2_writes_a_servable_adapter(tmp_path, planner_data, smollm
     assert m["train_loss_last"] < m["train_loss_first"], m
     assert manifest["role"] == "planner" and manifest["lora"]["r"] == 8
     assert manifest["base_model"]["content_hash"].startswith("sha256:")
-    assert manifest["dataset"]["sizes"] == {"train": 8, "validation": 2}
+    assert manifest["dataset"]["sizes"] == {"train": 2, "validation": 2}
     assert manifest["dataset"]["fingerprint"].startswith("sha256:")
     assert manifest["recipe"]["sft"]["max_steps"] == 4 and manifest["system_prompt"] == "short"
     assert manifest["lora"]["layers"] == list(range(22, 30))  # the recipe's top 8 of 30 layers
