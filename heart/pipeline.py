@@ -213,14 +213,19 @@ def _model_manifest(name: str) -> list[Path]:
 
 
 def fingerprint(paths: list[Path]) -> str:
-    """sha256 over each path's files (relative names and bytes); a missing path hashes as missing."""
+    """sha256 over each path's files (relative names and bytes); a missing path hashes as missing.
+
+    Readers' cache files are left out, so reading a stage's outputs does not make it stale.
+    """
     digest = hashlib.sha256()
     for root in paths:
         digest.update(f"\0root {root}\0".encode())
         if not root.exists():
             digest.update(b"missing")
             continue
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        # cache-*.arrow: what `datasets` leaves beside a dataset a reader mapped or filtered on disk
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*")
+                                                      if p.is_file() and not p.name.startswith("cache-"))
         for path in files:
             digest.update(str(path.relative_to(root) if path != root else path.name).encode() + b"\0")
             with path.open("rb") as handle:

@@ -37,9 +37,13 @@ def _with_system(messages: list[dict[str, str]], prompt: str) -> list[dict[str, 
 
 
 def dataset_fingerprint(folder: Path) -> str:
-    """sha256 over the dataset's arrow files (names and bytes): stable across machines, unlike _fingerprint."""
+    """sha256 over the dataset's arrow files (names and bytes): stable across machines, unlike _fingerprint.
+
+    ``cache-*.arrow`` files are what ``datasets`` leaves beside the data after a map or filter
+    on disk: not part of the dataset.
+    """
     digest = hashlib.sha256()
-    for path in sorted(Path(folder).rglob("*.arrow")):
+    for path in sorted(p for p in Path(folder).rglob("*.arrow") if not p.name.startswith("cache-")):
         digest.update(str(path.relative_to(folder)).encode() + b"\0")
         digest.update(path.read_bytes())
     return "sha256:" + digest.hexdigest()
@@ -55,13 +59,14 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
     # validation may be absent: a small run can hold out no task for it (then no eval).
     splits = {name: raw[name].select_columns(["messages"]) for name in ("train", "validation") if name in raw}
     if data.max_train_examples:  # a seeded sample: the first N rows would be the first few tasks only
-        sample = splits["train"].shuffle(seed=data.sample_seed)
+        sample = splits["train"].shuffle(seed=data.sample_seed, keep_in_memory=True)
         splits["train"] = sample.select(range(min(data.max_train_examples, len(sample))))
     if data.max_eval_examples and "validation" in splits:
         splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
     if data.system_prompt == "short":
         prompt = short_system_prompt(data.role)
-        splits = {name: split.map(lambda row: {"messages": _with_system(row["messages"], prompt)})
+        # keep_in_memory: training must not write cache files into the dataset folder it reads
+        splits = {name: split.map(lambda row: {"messages": _with_system(row["messages"], prompt)}, keep_in_memory=True)
                   for name, split in splits.items()}
     info = {
         "path": str(Path(data.dataset_dir).resolve()),
@@ -92,5 +97,5 @@ def drop_overlong(splits: dict[str, Any], tokenizer: Any, max_length: int) -> tu
     def fits(row: dict[str, Any]) -> bool:
         return token_count(tokenizer, row["messages"]) <= max_length
 
-    kept = {name: split.filter(fits) for name, split in splits.items()}
+    kept = {name: split.filter(fits, keep_in_memory=True) for name, split in splits.items()}
     return kept, {name: len(splits[name]) - len(kept[name]) for name in splits}

@@ -156,3 +156,11 @@ def test_shipped_pipeline_recipes_load(path):
     assert path.read_text().startswith(f"# heart pipeline --recipe recipes/{path.parent.name}/pipeline.yaml")
     assert (folder / config.train.recipe).is_file()
     assert pipeline._recipe_files(folder / config.train.recipe, config.train.roles)
+
+
+def test_cache_files_a_reader_leaves_do_not_make_a_stage_stale(recipe, calls):
+    run_pipeline(recipe, until="train")
+    calls.clear()
+    (Path("run/datasets") / "cache-0123abcd.arrow").write_bytes(b"datasets' map/filter cache")  # training read it
+    run_pipeline(recipe, until="train")
+    assert calls == []

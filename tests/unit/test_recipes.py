@@ -43,7 +43,7 @@ def test_role_recipe_loads(path):
     if path.parent.name == "smollm2-135m":
         assert (recipe.model.dtype, recipe.sft.bf16, recipe.sft.gradient_checkpointing, recipe.sft.use_cpu) == \
             ("float32", False, False, True)
-        assert recipe.lora.r == 8 and recipe.sft.max_steps > 0
+        assert recipe.lora.r == 8 and (recipe.sft.max_steps > 0 or recipe.data.max_train_examples > 0)  # bounded
     else:
         assert recipe.model.name == "Qwen/Qwen3-8B" and recipe.model.dtype == "bfloat16"
         assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.target_modules) == (16, 32, "all-linear")
