@@ -57,21 +57,31 @@ class RoleUnderTest:
     schema: dict[str, Any]
 
 
-def roles_under_test() -> list[RoleUnderTest]:
-    """Each role's parser bound to the fuzz world, with the schema of its valid answers.
+def role_payloads() -> dict[str, dict[str, Any]]:
+    """Each role's input in the fuzz world, as the loop builds it."""
+    tools = [{"name": t, "description": f"The {t} tool.", "category": "FileSystem"} for t in TOOLS]
+    plan = [{"step": s, "tool_hint": t, "objective": f"run {t}", "dependencies": []} for s, t in PLAN_STEPS.items()]
+    step = verifier.step_entry(plan[1], "Read notes.txt.", {"file_name": "notes.txt"},
+                               {"status": "SUCCESS", "tool": "cat", "summary": "cat returned text."},
+                               TOOL_PARAMETERS["cat"])
+    return {
+        "planner": planner.build_payload("Show me the notes.", tools, may_ask=True, max_steps=4),
+        "router": router.build_payload("Show me the notes.", plan,
+                                       {t: router.tool_parameters(TOOL_PARAMETERS[t]) for t in TOOLS}),
+        "primitive": primitive.build_payload("Read notes.txt.", {"file_name": "notes.txt"},
+                                             primitive.tool_card("cat", "Read a file.", TOOL_PARAMETERS["cat"])),
+        "verifier": verifier.build_payload("Show me the notes.", {"task": "read", "objective": "show notes"}, [step]),
+    }
 
-    The one place that knows the parsers' signatures: update it when they change.
-    """
-    names = {t: list(TOOL_PARAMETERS[t]["properties"]) for t in TOOLS}
-    return [
-        RoleUnderTest("planner", lambda text: planner.parse(text, set(TOOLS)),
-                      planner.output_schema(TOOLS, True, 4)),
-        RoleUnderTest("router", lambda text: router.parse(text, PLAN_STEPS),
-                      router.output_schema(PLAN_STEPS, names)),
-        RoleUnderTest("primitive", lambda text: primitive.parse(text, "cat"),
-                      primitive.output_schema("cat", TOOL_PARAMETERS["cat"])),
-        RoleUnderTest("verifier", verifier.parse, verifier.output_schema()),
-    ]
+
+def roles_under_test() -> list[RoleUnderTest]:
+    """Each role's parser bound to the fuzz world, with the schema of its valid answers
+    (both read from the role's own input, as at serving)."""
+    payloads = role_payloads()
+    modules = {"planner": planner, "router": router, "primitive": primitive, "verifier": verifier}
+    return [RoleUnderTest(name, lambda text, m=module, p=payloads[name]: m.parse_for_input(text, p),
+                          module.schema_for_input(payloads[name]))
+            for name, module in modules.items()]
 
 
 # -- strategies ------------------------------------------------------------------------------

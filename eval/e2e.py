@@ -76,7 +76,7 @@ class E2EConfig:
     budget: int = 3
     max_clarifications: int = 2
     max_plan_steps: int = 6
-    retrieve_k: int = 10
+    retrieve_k: int | None = None
     max_new_tokens: int = 512
     temperature: float = 0.0
     constrained: bool = True
@@ -294,7 +294,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, default=3, help="re-plan budget B (multi-turn)")
     parser.add_argument("--max-clarifications", type=int, default=2)
     parser.add_argument("--max-plan-steps", type=int, default=6)
-    parser.add_argument("--retrieve-k", type=int, default=10)
+    parser.add_argument("--retrieve-k", type=int, default=None)
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--no-constrain", action="store_true")

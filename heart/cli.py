@@ -285,7 +285,8 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
                    help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
     p.add_argument("--max-clarifications", type=int, default=2, help="clarification questions per turn")
     p.add_argument("--max-plan-steps", type=int, default=10, help="longest plan (with constrained decoding)")
-    p.add_argument("--retrieve-k", type=int, default=10, help="tools ToolFace shows the Planner")
+    p.add_argument("--retrieve-k", type=int, default=None,
+                   help="tools ToolFace ranks for the Planner (default: ToolFace's own, top 7 + companions, ≥ 9 shown)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="per role call")
     p.add_argument("--fault-rate", type=float, default=0.0, help="with --model gold: injected fault rate")
     p.add_argument("--no-constrain", action="store_true",

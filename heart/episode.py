@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from heart.catalog import tool_companions
 from heart.calls import BackendError, EpisodeContext, RoleClient
 from heart.environments.base import Environment, Task
 from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, _quiet
@@ -57,7 +58,9 @@ def run_episode(
     """
     start = time.perf_counter()
     session = environment.start(task)
-    toolface = ToolFace(session.tools, cache_dir=cache_dir)
+    # Companions (tools that gold calls use together, learnt from the train split only)
+    # are shown beside the ranked tools: retrieval by similarity alone misses them.
+    toolface = ToolFace(session.tools, cache_dir=cache_dir, companions=tool_companions(environment))
     context = EpisodeContext(episode_id(task.env, task.task_id, seed, backend.name), task.task_id, task.env)
     loop = HeartLoop(RoleClient(backend, context, trace, sampling), toolface,
                      ask_user or session.clarify, config, observe)

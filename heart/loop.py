@@ -80,8 +80,9 @@ class LoopConfig:
     """B: how many times the Planner may re-plan after a FAIL (attempts = B + 1)."""
     max_clarifications: int = 2
     """How many clarification questions the Planner may ask per turn."""
-    retrieve_k: int = 10
-    """How many tools ToolFace shows the Planner."""
+    retrieve_k: int | None = None
+    """How many tools ToolFace ranks for the Planner before adding companions; None keeps
+    ToolFace's own setting (top 7, their companions, filled up to 9: ``RetrievalConfig``)."""
     max_plan_steps: int = 10
     """Longest plan the Planner may write."""
     verify: Literal["step", "attempt"] = "step"
@@ -98,7 +99,8 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.verify not in ("step", "attempt"):
             raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
-        if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 or self.retrieve_k < 1:
+        if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 \
+                or (self.retrieve_k is not None and self.retrieve_k < 1):
             raise ValueError(f"invalid LoopConfig: {self}")
 
 
