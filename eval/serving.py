@@ -2,8 +2,7 @@
 
 The only place in ``eval/`` that knows the role modules' call signatures: the schema a
 role is constrained to at serving time and the parser that reads its answer, both derived
-from the role's input payload alone (the JSON block of the user message). When the role
-modules gain ``schema_for_input(payload)``, :func:`schema_for` becomes a one-line call.
+from the role's input payload alone (the JSON block of the user message).
 
     schema = schema_for("router", payload)          # JSON Schema dict, as the loop sends it
     result = parse_output("router", payload, text)  # heart.roles.common.ParseResult
@@ -21,44 +20,25 @@ from heart.roles.common import ParseResult
 OUTPUT_MODELS = {"planner": planner.PlannerOutput, "router": router.RouterOutput,
                  "primitive": primitive.PrimitiveOutput, "verifier": verifier.VerifierOutput}
 
-MAX_PLAN_STEPS = 6
-"""As LoopConfig.max_plan_steps: the longest plan the Planner's serving schema allows."""
+MODULES = {"planner": planner, "router": router, "primitive": primitive, "verifier": verifier}
 
 
-def _plan_steps(payload: dict[str, Any]) -> dict[int, str]:
-    return {s["step"]: s.get("tool_hint", s.get("tool")) for s in payload.get("plan", [])}
-
-
-def _tool_names(payload: dict[str, Any]) -> list[str]:
-    return [t["name"] for t in payload.get("available_tools", [])]
+def _module(role: str):
+    if role not in MODULES:
+        raise ValueError(f"unknown role {role!r}")
+    return MODULES[role]
 
 
 def schema_for(role: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """The JSON Schema the loop constrains ``role``'s answer to, for this input."""
-    if role == "planner":
-        # The loop forbids asking once the clarification budget is spent; a held-out input
-        # does not say whether it was, so asking stays allowed.
-        return planner.output_schema(_tool_names(payload), True, MAX_PLAN_STEPS)
-    if role == "router":
-        return router.output_schema(_plan_steps(payload), payload.get("tool_parameters", {}))
-    if role == "primitive":
-        return primitive.output_schema(payload["tool"]["name"], payload["tool"].get("parameters", {}))
-    if role == "verifier":
-        return verifier.output_schema()
-    raise ValueError(f"unknown role {role!r}")
+    """The JSON Schema the loop constrains ``role``'s answer to, for this input (the role
+    module derives it from the input alone: shown tools, clarification budget, plan, tool
+    schema, steps judged)."""
+    return _module(role).schema_for_input(payload)
 
 
 def parse_output(role: str, payload: dict[str, Any], text: str) -> ParseResult:
     """``role``'s parser on ``text``, with the checks the loop applies for this input."""
-    if role == "planner":
-        return planner.parse(text, set(_tool_names(payload)))
-    if role == "router":
-        return router.parse(text, _plan_steps(payload))
-    if role == "primitive":
-        return primitive.parse(text, payload["tool"]["name"])
-    if role == "verifier":
-        return verifier.parse(text)
-    raise ValueError(f"unknown role {role!r}")
+    return _module(role).parse_for_input(text, payload)
 
 
 def parse_target(role: str, text: str) -> ParseResult:

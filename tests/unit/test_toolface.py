@@ -101,17 +101,17 @@ def test_planner_input_on_a_bfcl_task_shows_each_tools_own_description(tmp_path)
     script = Script(planner=["not a plan"])
     client = RoleClient(ScriptedBackend(script), EpisodeContext("ep", task.task_id, "bfcl"), None)
     HeartLoop(client, toolface, session.clarify, LoopConfig(replan_budget=0)).solve(task.turns[0])
-    shown = next(payload for role, payload in script.calls if role == "planner")["available_tools"]
+    grouped = next(payload for role, payload in script.calls if role == "planner")["available_tools"]
+    # {category: {tool name: its own one-line description}} — names, never schemas
+    shown = [(category, name, line) for category, tools in grouped.items() for name, line in tools.items()]
     assert len(shown) >= 5
-    for tool in shown:
-        spec = toolface.get(tool["name"]).spec
+    for category, name, line in shown:
+        spec = toolface.get(name).spec
         own = spec.description.split("Tool description:", 1)[1].strip()
-        assert tool["description"] == spec.short_description()
-        assert own.startswith(tool["description"].rstrip("…")) and "This tool belongs" not in tool["description"]
-        assert "properties" not in tool and "parameters" not in tool  # never a schema
-        if "category" in tool:
-            assert tool["category"] == spec.category in task.meta["involved_classes"]
-    assert len({t["description"] for t in shown}) == len(shown)
+        assert own.startswith(line.rstrip("…")) and "This tool belongs" not in line
+        assert isinstance(line, str)  # a line of text, never a schema
+        assert category == spec.category and category in task.meta["involved_classes"]
+    assert len({line for _, _, line in shown}) == len(shown)
 
 
 # -- hybrid retrieval, companions, index kinds -------------------------------------------
