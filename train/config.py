@@ -75,7 +75,7 @@ class SFTSettings:
     grad_accum: PositiveInt = 1
     """Forward passes accumulated per optimizer step (effective batch = batch_size x grad_accum x devices)."""
     max_length: PositiveInt = 1024
-    """Tokens kept per example (longer ones are truncated: size it to the role's prompts)."""
+    """Longest example in tokens; longer ones are dropped and counted, never truncated (size it to the role's rows)."""
     logging_steps: PositiveInt = 1
     """Log train loss every this many steps."""
     eval_steps: int = 0

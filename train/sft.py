@@ -3,7 +3,8 @@
     accelerate launch -m train.sft --recipe recipes/smollm2-135m/planner.yaml [section.key=value ...]
     python -m train.sft --recipe recipes/smollm2-135m/planner.yaml sft.max_steps=5
 
-A rerun with the same output.dir resumes from its last checkpoint (output.dir/checkpoints).
+A killed run rerun with the same output.dir resumes from its last checkpoint (output.dir/checkpoints);
+a finished output.dir (it holds manifest.json) is refused unless output.overwrite=true.
 """
 
 from __future__ import annotations
