@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,11 @@ from pydantic import Field, TypeAdapter, ValidationError
 Env = Literal["bfcl", "agentdojo"]
 ROLES = ("planner", "router", "primitive", "verifier")
 STAMP_VERSION = 1
+
+
+STAGE_ENV = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+"""Stages run with a fixed hash seed: BFCL's error texts print Python sets, whose order
+follows it, and a content-addressed stage must produce the same bytes from the same inputs."""
 
 
 class PipelineError(ValueError):
@@ -277,7 +283,7 @@ def run_stage(run: Path, stage: Stage, key: str) -> tuple[int, float]:
     start = time.perf_counter()
     for command in stage.commands:
         print(f"pipeline: {stage.name}: $ {' '.join(command)}", file=sys.stderr, flush=True)
-        status = subprocess.call(_argv(command))
+        status = subprocess.call(_argv(command), env=STAGE_ENV)
         if status != 0:
             print(f"pipeline: {stage.name}: failed ({' '.join(command[:3])} exited {status})", file=sys.stderr)
             return status, time.perf_counter() - start

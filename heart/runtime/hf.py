@@ -102,6 +102,11 @@ class TransformersBackend:
         self.max_batch_size = max_batch_size
         self._model_id = model
         self.model_path = resolve_model(model)
+        for role, path in self.adapters.items():  # the folders first, before the base's config is read
+            if role == BASE_ADAPTER:
+                raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
+            if not (Path(path) / "adapter_config.json").is_file():
+                raise FileNotFoundError(f"adapter for role {role!r}: no adapter_config.json in {path}")
         # Every adapter is checked against this base before any weight (base or adapter) loads.
         if self.adapters:
             serving = ServingBase(model, model_content_hash(self.model_path),

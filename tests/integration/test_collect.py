@@ -17,10 +17,13 @@ from pathlib import Path
 from heart.traces import read_trace
 
 HEART = [sys.executable, "-m", "heart.cli"]
+# BFCL's own error texts print Python sets ("must be one of {'first', 'economy', ...}"), whose
+# order follows the interpreter's hash seed: fix it so two runs see byte-identical results.
+REPRODUCIBLE = {**os.environ, "PYTHONHASHSEED": "0"}
 
 
 def heart(*args, **kw):
-    return subprocess.run([*HEART, *args], capture_output=True, text=True, timeout=600, **kw)
+    return subprocess.run([*HEART, *args], capture_output=True, text=True, timeout=600, env=REPRODUCIBLE, **kw)
 
 
 def episodes(run: Path) -> list[str]:
@@ -41,7 +44,8 @@ def test_killed_collection_resumes_to_exactly_the_clean_run(tmp_path):
     assert len(expected) == len(set(expected)) > 50
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([*HEART, *collect_args(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*HEART, *collect_args(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=REPRODUCIBLE)
     deadline = time.time() + 300
     while time.time() < deadline:  # kill once a handful of episodes are on disk
         shards = list((killed / "traces").glob("*.jsonl")) if (killed / "traces").exists() else []
