@@ -79,14 +79,15 @@ class Envelope:
             row.pop("result")
         return row
 
-
     def for_input(self) -> dict[str, Any]:
-        """The envelope as a role's input shows it: the result clipped to RESULT_CHARS, and
-        metadata without the earlier attempts' envelopes."""
+        """The envelope as a role's input shows it: the result clipped to RESULT_CHARS, and of
+        the metadata only the attempts made. Latency stays in the trace: a wall-clock figure in
+        a role's input would make the same step a different example on every run, and nothing
+        a role decides depends on it."""
         row = self.to_dict()
         if "result" in row:
             row["result"] = clip(row["result"])
-        row["meta"] = {k: v for k, v in self.meta.items() if k != "failed_attempts"}
+        row["meta"] = {k: v for k, v in self.meta.items() if k == "attempts"}
         return row
 
 
