@@ -141,6 +141,9 @@ class ToyEnvironment:
         self.hostile = hostile
         self.checker = checker or (lambda: EpisodeScore(1.0, True, {}))
 
+    def task_ids(self, split: str | None = None) -> list[str]:
+        return []  # no split to learn companion tools from
+
     def load_task(self, task_id: str) -> Task:
         return Task(task_id, "toy", ["Use the tools."])
 
@@ -172,8 +175,8 @@ def episode(environment, script, tmp_path, monkeypatch, **kw):
 
     # the hashing embedder: no model load for a toy ToolFace
     monkeypatch.setattr(episode_module, "ToolFace",
-                        lambda tools, cache_dir=None: ToolFace(tools, cache_dir=tmp_path / "cache",
-                                                               embedder=HashingEmbedder()))
+                        lambda tools, cache_dir=None, companions=None: ToolFace(
+                            tools, cache_dir=tmp_path / "cache", embedder=HashingEmbedder(), companions=companions))
     trace_path = tmp_path / "trace.jsonl"
     with TraceWriter(trace_path, fsync=False) as trace:
         result = run_episode(environment, environment.load_task("t0"), ScriptedBackend(script),

@@ -32,7 +32,7 @@ def calls(monkeypatch):
     """Record each command; write it into the folder it names after --out / output.dir (same command, same bytes)."""
     seen = []
 
-    def fake_call(argv):
+    def fake_call(argv, env=None):
         command = argv[3:] if argv[1:3] == ["-m", "heart.cli"] else argv[1:]
         seen.append(" ".join(command))
         for index, arg in enumerate(command):
@@ -116,7 +116,7 @@ def test_one_stage_alone_and_a_missing_input(recipe, calls, capsys):
 
 
 def test_a_failing_command_stops_the_pipeline_without_a_stamp(recipe, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline.subprocess, "call", lambda argv: 3)
+    monkeypatch.setattr(pipeline.subprocess, "call", lambda argv, env=None: 3)
     assert run_pipeline(recipe) == 3
     assert "collect: failed" in capsys.readouterr().err
     assert not Path("run/stamps/collect.json").exists()
