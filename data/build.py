@@ -246,6 +246,23 @@ def validation_tasks_by_fraction(tasks: set[tuple[str, str]], fraction: float) -
     return chosen
 
 
+def read_shards(files: list[Path], roles: tuple[str, ...]) -> tuple["_Collector", TraceReadStats]:
+    """Read every trace shard once into a collector of ``roles``' examples; episodes are
+    judged as their records arrive, and a shard's unfinished episodes are dropped at its end."""
+    stats = TraceReadStats()
+    collector = _Collector(roles)
+    for path in files:
+        for index, row in enumerate(read_trace(path, stats), start=1):
+            if row.get("kind") == "episode":
+                _require(row, EPISODE_KEYS, path, index)
+                collector.add_episode(row)
+            else:
+                _require(row, EVENT_KEYS, path, index)
+                collector.add_event(row)
+        collector.finish_shard()
+    return collector, stats
+
+
 def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: BuildOptions | None = None) -> BuildReport:
     """Build ``<out_dir>/<role>`` for each role from ``<run_dir>/traces/*.jsonl``.
 
@@ -267,17 +284,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
         raise FileExistsError(f"{', '.join(map(str, existing))} already exist(s): pass overwrite")
 
     # 1. Read every shard once; episodes are judged as their records arrive.
-    stats = TraceReadStats()
-    collector = _Collector(options.roles)
-    for path in files:
-        for index, row in enumerate(read_trace(path, stats), start=1):
-            if row.get("kind") == "episode":
-                _require(row, EPISODE_KEYS, path, index)
-                collector.add_episode(row)
-            else:
-                _require(row, EVENT_KEYS, path, index)
-                collector.add_event(row)
-        collector.finish_shard()
+    collector, stats = read_shards(files, options.roles)
     timings["read_and_filter"] = time.perf_counter() - start
 
     # 2. Splits by task id: the toolkit's dev split is validation when the run has any;

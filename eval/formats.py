@@ -19,9 +19,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-ROLES = ("planner", "router", "primitive", "verifier")
-CRITERIA = ("task_completion", "argument_consistency", "execution_validity", "constraint_satisfaction")
-PRIORITIES = ("low", "normal", "high")
+from heart import ROLES
+from heart.roles.router import PRIORITIES
+from heart.roles.verifier import CRITERIA
+
+__all__ = ["CRITERIA", "PRIORITIES", "ROLES", "canonical"]
+
 _LEGACY_PRIORITY = {0: "normal", 1: "high", 2: "high"}
 
 

@@ -17,10 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from data.build import EPISODE_KEYS, EVENT_KEYS, _Collector, _require, features_for
+from data.build import features_for, read_shards
 from data.filters import ROLES, dedupe
 from heart.environments.splits import split_of
-from heart.traces import TraceReadStats, read_trace
 
 
 def build_heldout(run_dir: str | Path, out_dir: str | Path, split: str = "test",
@@ -38,17 +37,7 @@ def build_heldout(run_dir: str | Path, out_dir: str | Path, split: str = "test",
     existing = [out_dir / role for role in ROLES if (out_dir / role).exists()]
     if existing and not overwrite:
         raise FileExistsError(f"{', '.join(map(str, existing))} already exist(s): pass --overwrite")
-    collector = _Collector(ROLES)
-    stats = TraceReadStats()
-    for path in files:
-        for index, row in enumerate(read_trace(path, stats), start=1):
-            if row.get("kind") == "episode":
-                _require(row, EPISODE_KEYS, path, index)
-                collector.add_episode(row)
-            else:
-                _require(row, EVENT_KEYS, path, index)
-                collector.add_event(row)
-        collector.finish_shard()
+    collector, _ = read_shards(files, ROLES)
     counts = {}
     for role in ROLES:
         rows = [e for e in collector.examples[role] if split_of(e["env"], e["task_id"]) == split]

@@ -32,8 +32,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
+from heart import ROLES
+
 Env = Literal["bfcl", "agentdojo"]
-ROLES = ("planner", "router", "primitive", "verifier")
 STAMP_VERSION = 1
 
 

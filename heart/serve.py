@@ -25,9 +25,9 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from heart import ROLES
 from heart.runtime.base import Backend, SamplingConfig
 
-ROLES = ("planner", "router", "primitive", "verifier")
 BASE_MODEL = "base"
 """Model name that asks for the base with every adapter off."""
 
