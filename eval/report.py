@@ -97,8 +97,9 @@ def role_tables(results: list[dict[str, Any]]) -> list[str]:
         rows = [[f"**{n}**" if n == HEADLINE[role] else n] + [_cell(r["figures"][role].get(n), n) for _, r in present]
                 for n in names]
         counts = [f"{r['counts'][role]['rows']} / {r['counts'][role]['errored']} / "
-                  f"{r['counts'][role]['target_unparsed']}" for _, r in present]
-        rows.append(["rows / errored / unreadable targets", *counts])
+                  f"{r['counts'][role]['target_unparsed']} / {r['counts'][role].get('over_long_left_out', 0)}"
+                  for _, r in present]
+        rows.append(["rows / errored / unreadable targets / over-long left out", *counts])
         base = next((r for _, r in present if r["label"] == "base"), None)
         if base is not None and len(present) > 1:
             cells = []

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from eval.formats import ROLES, canonical
 from eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
@@ -34,6 +34,11 @@ from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingC
 
 RESULTS = "roles.json"
 EXAMPLES = "roles_examples.jsonl"
+MAX_NEW_TOKENS = {"planner": 320, "router": 384, "primitive": 160, "verifier": 224}
+"""Decoding budget per role: above the 95th percentile of the teacher's answers on a gold
+train collection (SmolLM2 tokens: planner 277, router 371, primitive 78, verifier 167). A
+batch decodes until its longest row stops, so one runaway answer costs the whole batch its
+budget: a tight budget per role keeps evaluation affordable on a CPU."""
 LABEL_COLUMNS = ("label", "verdict")
 """Dataset columns holding the environment's verdict for a Verifier row (newest name first)."""
 
@@ -58,15 +63,47 @@ class RoleEvalConfig:
     """At most this many rows per role (a seeded sample, the same for every model)."""
     batch_size: int = 8
     """Requests handed to generate_batch at a time (and the backend's max batch)."""
-    max_new_tokens: int = 384
-    """Per answer."""
+    max_new_tokens: int | None = None
+    """Per answer; None: the role's own budget (:data:`MAX_NEW_TOKENS`)."""
     constrained: bool = True
     """Constrain decoding to each role's serving schema, as the loop does by default."""
     seed: int = 0
     """Seed of the row sample and of the bootstrap."""
+    max_prompt_tokens: int | None = 1536
+    """Rows whose prompt is longer are left out before sampling, and counted (None: keep all).
+    1536 is the CPU recipes' ``sft.max_length``: an adapter never trained on longer inputs."""
 
 
-def load_rows(data: str | Path, role: str, split: str, limit: int | None, seed: int) -> list[dict[str, Any]]:
+def load_rows(data: str | Path, role: str, split: str, limit: int | None, seed: int,
+              fits: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    """The role's rows of ``split``: all, or a seeded sample of ``limit`` (label-balanced for
+    the Verifier, see :func:`balanced_sample`) — the same rows for every model compared.
+    With ``fits``, only rows it accepts are sampled from (see :func:`prompt_fits`)."""
+    return load_role_rows(data, role, split, limit, seed, fits)[0]
+
+
+def prompt_fits(model: str, max_prompt_tokens: int) -> Callable[[dict[str, Any]], bool]:
+    """Whether a row's prompt (system + user, the chat template applied) fits ``max_prompt_tokens``
+    tokens of ``model``'s tokenizer: training drops longer examples (``sft.max_length``), so an
+    adapter has never seen one, and a few held-out inputs are far longer (a tool result of
+    thousands of tokens in the context) and would cost a batch more than all the others."""
+    from transformers import AutoTokenizer
+
+    from heart.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+
+    def fits(row: dict[str, Any]) -> bool:
+        ids = tokenizer.apply_chat_template(row["messages"][:-1], tokenize=True, add_generation_prompt=True,
+                                            return_dict=False)
+        return len(ids) <= max_prompt_tokens
+
+    return fits
+
+
+def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, seed: int,
+                   fits: Callable[[dict[str, Any]], bool] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """(:func:`load_rows`'s rows, how many rows of the split ``fits`` left out)."""
     from datasets import load_from_disk
 
     folder = Path(data) / role
@@ -77,9 +114,36 @@ def load_rows(data: str | Path, role: str, split: str, limit: int | None, seed: 
         raise ValueError(f"{folder} has no {split!r} split (it has {sorted(dataset)}); held-out role inputs "
                          f"come from `python -m eval.heldout RUN --split {split}`")
     rows = dataset[split]
+    total = len(rows)
+    if fits is not None:
+        rows = rows.filter(fits, keep_in_memory=True)
+    left_out = total - len(rows)
     if limit is not None and limit < len(rows):
+        label = next((c for c in LABEL_COLUMNS if c in rows.column_names), None)
+        if role == "verifier" and label is not None:
+            return balanced_sample(list(rows.shuffle(seed=seed)), label, limit), left_out
         rows = rows.shuffle(seed=seed).select(range(limit))
-    return list(rows)
+    return list(rows), left_out
+
+
+def balanced_sample(rows: list[dict[str, Any]], label: str, limit: int) -> list[dict[str, Any]]:
+    """``limit`` rows taking the labels in turn (PASS, FAIL, PASS, ...) while each lasts.
+
+    A test collection holds about two PASS steps per FAIL, so a plain sample of a few rows is
+    mostly PASS and a Verifier that always says PASS scores high on it. The Verifier's job is
+    to tell the two apart: its held-out sample is label-balanced, as its training set is, and
+    verdict accuracy on it is balanced accuracy. ``rows`` are already shuffled (seeded).
+    """
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_label.setdefault(str(row[label]), []).append(row)
+    queues = [by_label[k] for k in sorted(by_label, reverse=True)]  # PASS first, then FAIL
+    sample: list[dict[str, Any]] = []
+    while len(sample) < limit and any(queues):
+        for queue in queues:
+            if queue and len(sample) < limit:
+                sample.append(queue.pop(0))
+    return sample
 
 
 def _system(role: str, models: RoleModels) -> str | None:
@@ -96,7 +160,7 @@ def request_for(role: str, row: dict[str, Any], models: RoleModels, config: Role
     if short is not None and messages[0]["role"] == "system":
         messages[0]["content"] = short
     schema = schema_for(role, role_input(messages)) if config.constrained else None
-    sampling = SamplingConfig(max_new_tokens=config.max_new_tokens,
+    sampling = SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[role],
                               guided_json=json.dumps(schema) if schema is not None else None)
     return GenerationRequest(role, messages, sampling)
 
@@ -133,6 +197,9 @@ def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, model
 
     records: list[dict[str, Any]] = []
     counts = {"errored": 0, "target_unparsed": 0}
+    # Batches of similar prompt length: a left-padded batch computes every row at its longest
+    # row's length. Records keep this order; each names its example.
+    rows = sorted(rows, key=lambda row: sum(len(m["content"]) for m in row["messages"][:-1]))
     with tqdm(total=len(rows), desc=f"eval {role}", unit="call") as progress:
         for start in range(0, len(rows), config.batch_size):
             chunk = rows[start:start + config.batch_size]
@@ -168,7 +235,11 @@ def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] 
     if models.teacher == "gold":
         raise ValueError("teacher:gold answers from a task's gold calls; it has no answer for a bare role "
                          "input (the targets are its answers): evaluate it end to end instead")
-    rows = {role: load_rows(config.data, role, config.split, config.limit, config.seed) for role in config.roles}
+    fits = prompt_fits(models.model, config.max_prompt_tokens) if config.max_prompt_tokens and \
+        models.teacher is None else None
+    loaded = {role: load_role_rows(config.data, role, config.split, config.limit, config.seed, fits)
+              for role in config.roles}
+    rows = {role: role_rows for role, (role_rows, _) in loaded.items()}
     backend = backend or shared_backend(models, config.batch_size)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -178,6 +249,7 @@ def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] 
             started = time.perf_counter()
             records, counts[role] = evaluate_role(role, rows[role], backend, models, config)
             counts[role]["rows"] = len(rows[role])
+            counts[role]["over_long_left_out"] = loaded[role][1]
             counts[role]["wall_s"] = round(time.perf_counter() - started, 3)
             scored = [r for r in records if not r["errored"]]
             figures[role] = {name: e.to_dict() for name, e in summarize(role, scored, config.seed).items()}
@@ -207,9 +279,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default=",".join(ROLES), help="comma-separated roles to evaluate")
     parser.add_argument("--limit", type=int, help="at most N rows per role (seeded sample)")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=384)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="per answer (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--no-constrain", action="store_true", help="decode without the serving schemas")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-prompt-tokens", type=int, default=1536,
+                        help="leave out (and count) rows whose prompt is longer (0: keep all; default 1536, "
+                             "the CPU recipes' sft.max_length)")
     parser.add_argument("--out", required=True, help="output folder (roles.json, roles_examples.jsonl)")
 
 
@@ -227,7 +303,8 @@ def config_from_args(args: argparse.Namespace) -> RoleEvalConfig:
     return RoleEvalConfig(data=args.data, out=args.out, split=args.split,
                           roles_spec=args.adapters or args.roles_spec or "base", model=args.model, roles=roles,
                           limit=args.limit, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                          constrained=not args.no_constrain, seed=args.seed)
+                          constrained=not args.no_constrain, seed=args.seed,
+                          max_prompt_tokens=args.max_prompt_tokens or None)
 
 
 def print_summary(results: dict[str, Any]) -> None:
@@ -238,7 +315,8 @@ def print_summary(results: dict[str, Any]) -> None:
         head = HEADLINE[role]
         c = results["counts"][role]
         print(f"  {role:<9} {head} {Estimate(**figures[head]).format(100)}  parse failures "
-              f"{Estimate(**figures['parse_failure_rate']).format(100)}  errored {c['errored']}/{c['rows']}")
+              f"{Estimate(**figures['parse_failure_rate']).format(100)}  errored {c['errored']}/{c['rows']}"
+              f"  over-long left out {c.get('over_long_left_out', 0)}")
 
 
 def main(argv: list[str], full_argv: list[str] | None = None) -> int:

@@ -302,6 +302,22 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, check_path
     return recipe
 
 
+def role_overrides(path: str | Path, overrides: list[str] | None) -> list[str]:
+    """``overrides`` with ``{role}`` replaced by the recipe's role (``data.role``, or one set by
+    an override): one override list can then serve every role's recipe."""
+    overrides = overrides or []
+    if not any("{role}" in o for o in overrides):
+        return overrides
+    data = _read_yaml(Path(path), "recipe") or {}
+    role = (data.get("data") or {}).get("role") if isinstance(data, dict) else None
+    for override in overrides:
+        if override.split("=", 1)[0].strip() == "data.role":
+            role = override.split("=", 1)[1].strip()
+    if not role:
+        raise RecipeError(f"{path}: an override uses {{role}} but the recipe names no data.role")
+    return [o.replace("{role}", str(role)) for o in overrides]
+
+
 def load_roles(path: str | Path) -> dict[str, Any]:
     """A ``roles.yaml``: {accelerate_config: path, roles: {role: recipe path}}, paths made absolute."""
     path = Path(path)

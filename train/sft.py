@@ -2,6 +2,11 @@
 
     accelerate launch -m train.sft --recipe recipes/smollm2-135m/planner.yaml [section.key=value ...]
     python -m train.sft --recipe recipes/smollm2-135m/planner.yaml sft.max_steps=5
+    python -m train.sft --recipe planner.yaml --recipe router.yaml output.dir=runs/x/adapters/{role}
+
+Several ``--recipe``s train one after another in one process: on a CPU, starting Python and
+importing torch, transformers and TRL costs ~15 s per process, a tenth of a small role's
+training. ``{role}`` in an override's value is replaced by each recipe's ``data.role``.
 
 A killed run rerun with the same output.dir resumes from its last checkpoint (output.dir/checkpoints);
 a finished output.dir (it holds manifest.json) is refused unless output.overwrite=true.
@@ -10,26 +15,40 @@ a finished output.dir (it holds manifest.json) is refused unless output.overwrit
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import shutil
 import sys
 from pathlib import Path
 
-from train.config import RecipeError, load_recipe
+from train.config import RecipeError, load_recipe, role_overrides
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", required=True, help="recipe YAML (recipes/<model>/<role>.yaml)")
-    parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. sft.max_steps=5")
+    parser.add_argument("--recipe", required=True, action="append",
+                        help="recipe YAML (recipes/<model>/<role>.yaml); repeat it to train several roles in "
+                             "this one process, one after another")
+    parser.add_argument("overrides", nargs="*",
+                        help="section.key=value, e.g. sft.max_steps=5; '{role}' in a value is each recipe's role")
     args = parser.parse_args(argv)
-    try:  # everything a recipe can get wrong fails here, before anything is loaded or written
-        recipe = load_recipe(args.recipe, args.overrides)
-    except RecipeError as err:
-        print(f"train.sft: {err}", file=sys.stderr)
-        return 2
+    recipes = []
+    for path in args.recipe:  # everything a recipe can get wrong fails here, before anything is loaded or written
+        try:
+            recipes.append(load_recipe(path, role_overrides(path, args.overrides)))
+        except RecipeError as err:
+            print(f"train.sft: {err}", file=sys.stderr)
+            return 2
+    for recipe in recipes:
+        status = train_role(recipe)
+        if status != 0:
+            return status
+    return 0
 
+
+def train_role(recipe) -> int:
+    """Train one role's adapter from a loaded recipe and publish it to ``output.dir``."""
     import torch
     from peft import LoraConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -122,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out / "checkpoints")
     print(f"train.sft: wrote {out} (loss {metrics['train_loss_first']:.3f} -> {metrics['train_loss_last']:.3f}, "
           f"{metrics['tokens_per_s']:.0f} tokens/s)", file=sys.stderr)
+    del trainer, model  # the next role of this process starts from a fresh base
+    gc.collect()
     return 0
 
 

@@ -142,3 +142,48 @@ def test_report_renders_tables_plots_and_provenance(heldout, tmp_path):
     assert "Δ tool_sequence_em vs base (paired, points)" in text
     assert (tmp_path / "report" / "roles.png").stat().st_size > 0
     assert (tmp_path / "report" / "lift.png").stat().st_size > 0
+
+
+def test_verifier_samples_are_label_balanced(heldout):
+    """A held-out test collection is mostly PASS steps; the Verifier's sample takes the two
+    labels in turn, so always answering PASS scores about half, not most."""
+    from eval.roles import LABEL_COLUMNS, balanced_sample, load_rows
+
+    full = load_rows(heldout, "verifier", "test", None, 0)
+    label = next(c for c in LABEL_COLUMNS if c in full[0])
+    verdicts = [row[label] for row in full]
+    n_fail = verdicts.count("FAIL")
+    assert 0 < n_fail < verdicts.count("PASS"), verdicts  # the imbalance the sample corrects
+    sample = load_rows(heldout, "verifier", "test", 2 * n_fail, 0)
+    taken = [row[label] for row in sample]
+    assert taken.count("PASS") == taken.count("FAIL") == n_fail
+    # past the rarer label, the rest comes from the other one; never a row twice
+    rows = [{"verdict": v, "i": i} for i, v in enumerate(["PASS"] * 5 + ["FAIL"] * 2)]
+    picked = balanced_sample(rows, "verdict", 6)
+    assert [r["verdict"] for r in picked] == ["PASS", "FAIL", "PASS", "FAIL", "PASS", "PASS"]
+    assert len({r["i"] for r in picked}) == 6
+
+
+def test_each_role_decodes_within_its_own_budget(heldout):
+    from eval.roles import MAX_NEW_TOKENS, RoleEvalConfig, load_rows, request_for
+    from eval.models import RoleModels
+
+    models = RoleModels("base", "base", "smollm2-135m")
+    for role in ROLES:
+        row = load_rows(heldout, role, "test", 1, 0)[0]
+        default = request_for(role, row, models, RoleEvalConfig(data=str(heldout), out="-"))
+        assert default.sampling.max_new_tokens == MAX_NEW_TOKENS[role]
+        fixed = request_for(role, row, models, RoleEvalConfig(data=str(heldout), out="-", max_new_tokens=50))
+        assert fixed.sampling.max_new_tokens == 50
+
+
+def test_over_long_prompts_are_left_out_and_counted(heldout, smollm2_path):
+    """Rows longer than the training max_length never reach a batch; how many is reported."""
+    from eval.roles import load_role_rows, prompt_fits
+
+    all_rows, none_out = load_role_rows(heldout, "verifier", "test", None, 0)
+    assert none_out == 0
+    fits = prompt_fits("smollm2-135m", 700)
+    kept, left_out = load_role_rows(heldout, "verifier", "test", None, 0, fits)
+    assert left_out > 0 and len(kept) + left_out == len(all_rows)
+    assert all(fits(row) for row in kept) and not all(fits(row) for row in all_rows)

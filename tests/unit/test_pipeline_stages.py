@@ -37,8 +37,9 @@ def calls(monkeypatch):
         seen.append(" ".join(command))
         for index, arg in enumerate(command):
             target = command[index + 1] if arg == "--out" else arg.split("=", 1)[1] if arg.startswith("output.dir=") else None
-            if target:
-                folder = Path(target) / ("traces" if command[0] == "collect" else "")
+            roles = command[command.index("--roles") + 1].split(",") if "--roles" in command else [""]
+            for role in roles if target else []:  # one training process writes every role's adapter
+                folder = Path(target.replace("{role}", role)) / ("traces" if command[0] == "collect" else "")
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / "written-by.txt").write_text(" ".join(command))
         return 0
@@ -49,9 +50,9 @@ def calls(monkeypatch):
 
 def test_until_train_runs_three_stages_in_order_and_stamps_them(recipe, calls, capsys):
     assert run_pipeline(recipe, until="train") == 0
-    assert [c.split()[0] for c in calls] == ["collect", "datasets", "train", "train"]
-    assert "--limit 3" in calls[0] and "--roles planner" in calls[2] and "sft.max_steps=1" in calls[3]
-    assert "output.dir=run/adapters/router" in calls[3]
+    assert [c.split()[0] for c in calls] == ["collect", "datasets", "train"]  # every role in one process
+    assert "--limit 3" in calls[0] and "--roles planner,router" in calls[2] and "sft.max_steps=1" in calls[2]
+    assert "output.dir=run/adapters/{role}" in calls[2] and "data.dataset_dir=run/datasets/{role}" in calls[2]
     stamps = {p.stem: json.loads(p.read_text()) for p in Path("run/stamps").glob("*.json")}
     assert set(stamps) == {"collect", "datasets", "train"}
     assert all(s["key"].startswith("sha256:") and s["wall_s"] >= 0 for s in stamps.values())
@@ -77,7 +78,7 @@ def test_a_changed_override_reruns_train_only(recipe, calls):
     config["train"]["overrides"] = ["sft.max_steps=2"]
     recipe.write_text(yaml.safe_dump(config))
     run_pipeline(recipe, until="train")
-    assert [c.split()[0] for c in calls] == ["train", "train"]
+    assert [c.split()[0] for c in calls] == ["train"]
 
 
 def test_new_upstream_data_reruns_downstream_and_identical_data_does_not(recipe, calls):
@@ -104,7 +105,7 @@ def test_deleted_outputs_rerun_the_stage(recipe, calls):
     for f in Path("run/adapters/planner").iterdir():
         f.unlink()
     run_pipeline(recipe, until="train")
-    assert [c.split()[0] for c in calls] == ["train", "train"]
+    assert [c.split()[0] for c in calls] == ["train"]
 
 
 def test_one_stage_alone_and_a_missing_input(recipe, calls, capsys):

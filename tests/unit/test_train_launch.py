@@ -36,3 +36,27 @@ def test_runs_roles_in_order_through_accelerate(tmp_path, monkeypatch):
     assert command[4].endswith("recipes/smollm2-135m/../accelerate/cpu.yaml")
     assert command[5:9] == ["-m", "train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
     assert command[-1] == f"data.dataset_dir={tmp_path}/planner"
+
+
+def test_several_roles_train_in_one_process_with_role_placeholders(tmp_path, monkeypatch):
+    """Sequential roles share one accelerate launch (one start-up); ``{role}`` in an override
+    becomes each role's name, and each role's recipe is validated with its own value first."""
+    from train.config import load_recipe, role_overrides
+    from train.synthetic import write_synthetic_role_dataset
+
+    started = []
+    monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or 0)
+    for role in ("planner", "router"):
+        write_synthetic_role_dataset(tmp_path, role, 2, 1, compact=True)
+    overrides = [f"data.dataset_dir={tmp_path}/{{role}}", f"output.dir={tmp_path}/adapters/{{role}}"]
+    assert launch.run_roles(ROLES, ["planner", "router"], overrides) == 0
+    (command,) = started
+    recipes = [command[i + 1] for i, arg in enumerate(command) if arg == "--recipe"]
+    assert [Path(r).name for r in recipes] == ["planner.yaml", "router.yaml"]
+    assert command[-2:] == overrides  # substituted per recipe inside train.sft
+    router = load_recipe(recipes[1], role_overrides(recipes[1], overrides))
+    assert router.data.dataset_dir == f"{tmp_path}/router" and router.output.dir == f"{tmp_path}/adapters/router"
+    # a missing dataset for one role stops everything before any launch
+    started.clear()
+    (tmp_path / "router").rename(tmp_path / "gone")
+    assert launch.run_roles(ROLES, ["planner", "router"], overrides) == 2 and not started
