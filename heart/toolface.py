@@ -56,6 +56,13 @@ def name_words(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).replace("_", " ").replace(".", " ").lower()
 
 
+def _allowed(schema: dict[str, Any], limit: int = 12) -> str:
+    """A parameter's enumerated values as words, e.g. " (fuel, battery, parking brake)"."""
+    values = schema.get("enum") or (schema.get("items") or {}).get("enum") or []
+    words = [name_words(str(v)) for v in values[:limit] if str(v).strip()]
+    return f" ({', '.join(words)})" if words else ""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A tool's schema: what the Primitive resolves requests against."""
@@ -81,10 +88,12 @@ class ToolSpec:
 
     def index_text(self) -> str:
         """What gets indexed (dense and lexical): the name as words, the tool's own
-        description, and each parameter with the first sentence of its description. The
-        shared class preamble is left out: it made every tool of a class look alike."""
+        description, and each parameter with the first sentence of its description and its
+        allowed values (``displayCarStatus``'s option "fuel" is how a question about the
+        fuel level finds it). The shared class preamble is left out: it made every tool of a
+        class look alike."""
         params = "; ".join(
-            f"{name_words(p)}: {first_sentence(str(schema.get('description', '')))}"
+            f"{name_words(p)}: {first_sentence(str(schema.get('description', '')))}{_allowed(schema)}"
             for p, schema in self.parameters.get("properties", {}).items()
         )
         return f"{name_words(self.name)}: {self.own_description()} Parameters: {params}"

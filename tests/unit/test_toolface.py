@@ -80,6 +80,10 @@ def test_short_description_is_the_tools_own_first_sentence(bfcl_tools):
     agentdojo = ToolSpec("get_unread_emails", "Returns all the unread emails in the inbox. Each email "
                          "has a sender, a subject, and a body.\nThe emails are marked as read.", {})
     assert agentdojo.short_description() == "Returns all the unread emails in the inbox."
+    # A parameter's allowed values are indexed as words: "fuel level" finds displayCarStatus.
+    status = by_name["displayCarStatus"].index_text()
+    assert "option: The option to display. (fuel, battery, doors" in status and "parking brake" in status
+    assert "[Enum]" not in status
     # Descriptions that shared a class preamble are now told apart.
     lines = [t.spec.short_description() for t in bfcl_tools if t.spec.category == "GorillaFileSystem"]
     assert len(set(lines)) == len(lines) and not any("This tool belongs" in line for line in lines)
