@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from heart.environments.base import Environment, EnvironmentSession, ToolExecutionError
-from heart.toolface import RetrievalConfig, Tool, ToolFace, ToolSpec
+from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec
 
 SINGLE_TURN_CATEGORIES = (
     "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
@@ -278,13 +278,31 @@ def session_toolface(environment: Environment, session: EnvironmentSession, tool
     ``tools``, e.g. the central catalog), the environment's measured settings, and what
     ``split``'s gold teaches — without the task's own turns."""
     config = config or retrieval_config(environment)
-    statistics = tool_statistics(environment, split).without(session.task.task_id)
+    every = tool_statistics(environment, split)
+    statistics = every.without(session.task.task_id)
+    if config.query_log_weight > 0:
+        _embed_once(every, cache_dir)
     return ToolFace(
         session.tools if tools is None else tools, cache_dir=cache_dir, config=config,
         companions=statistics.companions(),
         query_log=statistics.query_log() if config.query_log_weight > 0 else None,
         usage=statistics.usage() if config.usage_weight > 0 else None,
     )
+
+
+_embedded: set[tuple] = set()
+_embedded_lock = threading.Lock()
+
+
+def _embed_once(statistics: ToolStatistics, cache_dir: Path | None) -> None:
+    """Embed the query log into the on-disk cache once per process, in one batch: on a cold
+    cache, concurrent episodes would otherwise each embed every logged request."""
+    texts = [text for text, _ in statistics.query_log()]
+    key = (hashlib.sha256("\n".join(texts).encode()).hexdigest(), str(cache_dir))
+    with _embedded_lock:
+        if key not in _embedded:
+            Embedder(cache_dir).embed(texts)
+            _embedded.add(key)
 
 
 # -- companions ---------------------------------------------------------------------------

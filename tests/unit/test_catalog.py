@@ -99,8 +99,12 @@ def test_statistics_leave_a_task_out_and_count_usage_over_the_turns_offering_a_t
     assert stats.without("nobody") == stats
 
 
-def test_an_episode_is_never_shown_what_its_own_gold_taught(tmp_path):
+def test_an_episode_is_never_shown_what_its_own_gold_taught(tmp_path, monkeypatch):
     """session_toolface learns from train-split gold without the task's own turns."""
+    import heart.catalog
+
+    warmed = []
+    monkeypatch.setattr(heart.catalog, "_embed_once", lambda statistics, cache_dir: warmed.append(statistics))
     env = load_environment("bfcl")
     statistics = tool_statistics(env, "train")
     assert {t.task_id for t in statistics.turns} == set(env.task_ids("train"))
@@ -113,3 +117,4 @@ def test_an_episode_is_never_shown_what_its_own_gold_taught(tmp_path):
     assert face.usage == statistics.without(task.task_id).usage()
     assert face.config.query_log_weight > 0 and retrieval_config("agentdojo").query_log_weight == 0
     assert retrieval_config(env, k=3).k == 3
+    assert warmed == [statistics]  # the whole log is embedded once, in one batch
