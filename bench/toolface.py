@@ -9,12 +9,15 @@ Three parts, each measured in this one run:
 1. **Session catalogs** (as ``run_episode`` builds ToolFace: the task's own tools), every
    user turn that has gold calls, query = that turn's user text (no gold in it): the share
    of turns whose gold tools are *all* in the top k, for dense-only retrieval (MiniLM, the
-   issue's baseline measure), hybrid (MiniLM + BM25) and the default configuration (hybrid
-   top-7, then companions learnt from train-split gold, then next-ranked tools up to 9),
-   which shows a variable number of tools: its mean is reported next to its recall. Also gold recall@1/5/10 (the share of a
-   turn's gold tools in the top k). 95% intervals: bootstrap over tasks (a task's turns
-   stay together). Companions are learnt from train-split gold only, so the test-split rows
-   are the honest ones for the default configuration.
+   issue's baseline measure), hybrid (MiniLM + BM25), hybrid top 7 + companions (filled up
+   to 9), and the default (``heart.catalog.session_toolface``, what ``run_episode`` uses:
+   the environment's measured settings, i.e. on BFCL also the query log and the usage
+   prior), which show a variable number of tools: their mean is reported next to their
+   recall. Also gold recall@1/5/10 (the share of a turn's gold tools in the top k). 95%
+   intervals: bootstrap over tasks (a task's turns stay together). Everything learnt
+   (companions, query log, usage prior) comes from train-split gold, and each task is
+   measured *without its own turns* in it, so every split's row is honest; "held-out" is
+   dev + test, which the statistics never saw at all.
 2. **BFCL single-turn against the central catalog** (every BFCL + AgentDojo document,
    deduplicated): query → the entry's gold functions, recall@1/5/10 (all gold in top k).
 3. **Scale**: the central catalog's real embeddings plus generated variants up to 25,519
@@ -47,7 +50,9 @@ from heart.catalog import (  # noqa: E402
     _read_jsonl,
     central_catalog,
     content_index,
-    tool_companions,
+    retrieval_config,
+    session_toolface,
+    tool_statistics,
 )
 from heart.environments import load_environment, split_of  # noqa: E402
 from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec  # noqa: E402
@@ -56,7 +61,6 @@ DENSE = RetrievalConfig(dense_weight=1.0, expand_companions=False, min_shown=0, 
 HYBRID = RetrievalConfig(expand_companions=False, min_shown=0, collapse_variants=False)
 COLLAPSED = RetrievalConfig(expand_companions=False, min_shown=0)
 """Hybrid, one document per function name (the default's ranking, without companions)."""
-DEFAULT = RetrievalConfig()
 
 
 def noop(**arguments):
@@ -80,7 +84,7 @@ def fmt(stat: tuple[float, float, float]) -> str:
 
 # -- 1. session catalogs -------------------------------------------------------------------
 def session_cases(env_name: str, limit: int | None):
-    """(task id, split, session tools, [(query, gold names)]) for every task."""
+    """(task id, split, session, [(query, gold names)]) for every task."""
     env = load_environment(env_name)
     cases = []
     for task_id in env.task_ids()[:limit]:
@@ -88,25 +92,30 @@ def session_cases(env_name: str, limit: int | None):
         session = env.start(task)
         turns = [(query, sorted({c.name for c in gold}))
                  for query, gold in zip(task.turns, task.gold or []) if gold]
-        cases.append((task_id, split_of(env_name, task_id), session.tools, turns))
+        cases.append((task_id, split_of(env_name, task_id), session, turns))
     return env, cases
 
 
 def measure_sessions(env_name: str, limit: int | None, n_boot: int) -> dict:
     env, cases = session_cases(env_name, limit)
-    companions = tool_companions(env, "train")
-    Embedder().embed(sorted({q for *_, turns in cases for q, _ in turns}))  # one batched pass
+    statistics = tool_statistics(env, "train")
+    # one batched pass over every query and every logged request
+    Embedder().embed(sorted({q for *_, turns in cases for q, _ in turns} | {q for q, _ in statistics.query_log()}))
     rows: dict[str, dict[str, list[list[float]]]] = {}
 
     def add(split: str, key: str, task_values: list[float]):
-        for s in ("all", split):
-            rows.setdefault(s, {}).setdefault(key, []).append(task_values)
+        for s in ("all", split, "held-out" if split != "train" else None):
+            if s is not None:
+                rows.setdefault(s, {}).setdefault(key, []).append(task_values)
 
     tools_per_task = []
-    for task_id, split, tools, turns in cases:
+    companions_only = retrieval_config(env, query_log_weight=0.0, usage_weight=0.0)
+    for task_id, split, session, turns in cases:
+        tools = session.tools
         tools_per_task.append(len(tools))
-        faces = {name: ToolFace(tools, config=config, companions=companions)
-                 for name, config in (("dense", DENSE), ("hybrid", HYBRID), ("default", DEFAULT))}
+        faces = {name: ToolFace(tools, config=config) for name, config in (("dense", DENSE), ("hybrid", HYBRID))}
+        faces["companions"] = session_toolface(env, session, config=companions_only)
+        faces["default"] = session_toolface(env, session)
         values: dict[str, list[float]] = {}
         for query, gold in turns:
             for name in ("dense", "hybrid"):
@@ -115,16 +124,18 @@ def measure_sessions(env_name: str, limit: int | None, n_boot: int) -> dict:
                     values.setdefault(f"{name} all@{k}", []).append(float(set(gold) <= set(ranked[:k])))
                 for k in (1, 5, 10):
                     values.setdefault(f"{name} recall@{k}", []).append(len(set(gold) & set(ranked[:k])) / len(gold))
-            shown = [t.name for t in faces["default"].retrieve(query)]
-            values.setdefault("default all@shown", []).append(float(set(gold) <= set(shown)))
-            values.setdefault("default shown", []).append(float(len(shown)))
+            for name in ("companions", "default"):
+                shown = [t.name for t in faces[name].retrieve(query)]
+                values.setdefault(f"{name} all@shown", []).append(float(set(gold) <= set(shown)))
+                values.setdefault(f"{name} shown", []).append(float(len(shown)))
         for key, v in values.items():
             add(split, key, v)
     result = {
         "tasks": len(cases),
         "turns": sum(len(t) for *_, t in cases),
         "tools_per_task_median": float(np.median(tools_per_task)),
-        "companion_map_size": len(companions),
+        "train_turns_learnt_from": len(statistics.turns),
+        "settings": {k: v for k, v in vars(retrieval_config(env)).items()},
     }
     for split, by_key in rows.items():
         result[split] = {key: bootstrap(v, n_boot) for key, v in by_key.items()}
@@ -135,21 +146,22 @@ def measure_sessions(env_name: str, limit: int | None, n_boot: int) -> dict:
 def print_sessions(results: dict[str, dict]) -> None:
     print("\n## Session catalogs: all gold tools of a turn shown (95% bootstrap over tasks)\n")
     print("| environment | split | turns | tools/task | dense top-5 | dense top-10 | dense top-20 "
-          "| hybrid top-5 | hybrid top-10 | hybrid top-20 | default (hybrid 7 + companions, ≥ 9) | shown (mean) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| hybrid top-5 | hybrid top-10 | hybrid top-20 | hybrid 7 + companions (≥ 9) | shown (mean) "
+          "| **default** | shown (mean) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for env, r in results.items():
-        for split in ("all", "train", "dev", "test"):
+        for split in ("all", "train", "dev", "test", "held-out"):
             if split not in r:
                 continue
             s = r[split]
             cells = [fmt(s[f"{m} all@{k}"]) for m in ("dense", "hybrid") for k in (5, 10, 20)]
-            print(f"| {env} | {split} | {s['turns']} | {r['tools_per_task_median']:.0f} | " + " | ".join(cells)
-                  + f" | {fmt(s['default all@shown'])} | {s['default shown'][0]:.1f} |")
+            cells += [f"{fmt(s[f'{m} all@shown'])} | {s[f'{m} shown'][0]:.1f}" for m in ("companions", "default")]
+            print(f"| {env} | {split} | {s['turns']} | {r['tools_per_task_median']:.0f} | " + " | ".join(cells) + " |")
     print("\n## Session catalogs: gold recall@k (share of a turn's gold tools in the top k)\n")
     print("| environment | split | dense @1 | dense @5 | dense @10 | hybrid @1 | hybrid @5 | hybrid @10 |")
     print("|---|---|---|---|---|---|---|---|")
     for env, r in results.items():
-        for split in ("all", "test"):
+        for split in ("all", "held-out"):
             s = r[split]
             cells = [fmt(s[f"{m} recall@{k}"]) for m in ("dense", "hybrid") for k in (1, 5, 10)]
             print(f"| {env} | {split} | " + " | ".join(cells) + " |")

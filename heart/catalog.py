@@ -15,15 +15,30 @@ content, not name) to the session's functions, and every other entry to a functi
 raises :class:`ToolExecutionError`, so a retrieved tool the environment cannot execute
 fails cleanly at its Primitive as a RUNTIME_ERROR.
 
-**Companions** (:func:`tool_companions`): for each tool, the tools that gold calls use in
-the same turn as it at least ``min_share`` of the time, counted over one split's tasks
-(train by default, so test-split measurements stay honest). BFCL's ``startEngine`` needs
-``pressBrakePedal`` and ``lockDoors`` first; AgentDojo's restaurant look-ups go together.
-No tool description says so, so no query can find them by similarity alone.
+**What the train split's gold teaches ToolFace** (:class:`ToolStatistics`, from
+:func:`tool_statistics`): one record per gold turn of one split's tasks (train by default)
+— the user's text, the tools its gold calls use, and the tools its session offered. Three
+things are learnt from it, never from dev or test:
 
-    from heart.catalog import central_catalog, catalog_tools, tool_companions
-    toolface = ToolFace(catalog_tools(session, central_catalog()),
-                        companions=tool_companions(environment))
+- *companions*: for each tool, the tools that gold calls use in the same turn as it at
+  least ``min_share`` of the time. BFCL's ``startEngine`` needs ``pressBrakePedal`` and
+  ``lockDoors`` first; AgentDojo's restaurant look-ups go together. No tool description
+  says so, so no query can find them by similarity alone.
+- a *query log*: earlier requests and the tools they needed. A query like the current one
+  votes for its tools ("How much fuel do I have?" → ``displayCarStatus``).
+- a *usage prior*: how often a tool is used in the turns that offer it (``cd`` in most
+  file-system turns).
+
+A task's own turns are always left out of what its episode is shown
+(:meth:`ToolStatistics.without`, used by :func:`session_toolface`): a train-split
+episode is never shown tools learnt from its own gold, so collection on the train split
+and recall measured on it are as honest as on the test split.
+
+How much the query log and the prior weigh is chosen per environment by measurement
+(:data:`RETRIEVAL_BY_ENVIRONMENT`, ``bench/toolface.py``).
+
+    from heart.catalog import session_toolface
+    toolface = session_toolface(environment, session)        # what run_episode uses
 """
 
 from __future__ import annotations
@@ -35,12 +50,13 @@ import importlib.util
 import itertools
 import json
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from heart.environments.base import Environment, EnvironmentSession, ToolExecutionError
-from heart.toolface import Tool, ToolSpec
+from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec
 
 SINGLE_TURN_CATEGORIES = (
     "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
@@ -182,6 +198,113 @@ def catalog_tools(session: EnvironmentSession, catalog: tuple[ToolSpec, ...] | l
     return tools
 
 
+# -- what the train split's gold teaches ToolFace ------------------------------------------
+RETRIEVAL_BY_ENVIRONMENT: dict[str, dict[str, float]] = {
+    "bfcl": {"query_log_weight": 0.3, "usage_weight": 0.2},
+}
+"""Per-environment retrieval settings over :class:`RetrievalConfig`'s defaults, chosen by
+``bench/toolface.py`` on the train split (each task measured without its own turns). On
+BFCL the query log and the usage prior raise held-out (dev + test) turns whose gold tools
+are all shown from 0.966 to 0.990; AgentDojo has 50 train tasks that ask for different
+things, and both lowered its held-out recall (0.915 → 0.851), so they are off there."""
+
+
+def retrieval_config(environment: Environment | str, **overrides) -> RetrievalConfig:
+    """The measured retrieval settings for an environment (``overrides`` on top)."""
+    name = environment if isinstance(environment, str) else environment.name
+    return RetrievalConfig(**{**RETRIEVAL_BY_ENVIRONMENT.get(name, {}), **overrides})
+
+
+@dataclass(frozen=True)
+class GoldTurn:
+    """One user turn of a split's task, as the statistics see it."""
+
+    task_id: str
+    query: str
+    tools: frozenset[str]
+    """The tools the turn's gold calls use."""
+    offered: frozenset[str]
+    """The tools the task's session held (what ToolFace could have shown)."""
+
+
+@dataclass(frozen=True)
+class ToolStatistics:
+    """Gold turns of one split, and what ToolFace learns from them."""
+
+    turns: tuple[GoldTurn, ...]
+
+    def without(self, task_id: str) -> "ToolStatistics":
+        """The same statistics with ``task_id``'s own turns left out."""
+        return ToolStatistics(tuple(t for t in self.turns if t.task_id != task_id))
+
+    def companions(self, min_share: float = 0.25, min_count: int = 2) -> dict[str, list[str]]:
+        return companions_from_turns([set(t.tools) for t in self.turns], min_share, min_count)
+
+    def usage(self) -> dict[str, float]:
+        """Tool → share of the turns offering it whose gold uses it (+1 smoothing on the
+        count of offering turns, so a tool offered once and used once is not certain)."""
+        used = collections.Counter(name for t in self.turns for name in t.tools)
+        offered = collections.Counter(name for t in self.turns for name in t.offered)
+        return {name: used[name] / (count + 1) for name, count in offered.items()}
+
+    def query_log(self) -> list[tuple[str, frozenset[str]]]:
+        """(user text, tools its gold used) for every turn."""
+        return [(t.query, t.tools) for t in self.turns]
+
+
+_statistics_lock = threading.Lock()
+_statistics: dict[tuple, ToolStatistics] = {}
+
+
+def tool_statistics(environment: Environment, split: str = "train") -> ToolStatistics:
+    """The gold turns of ``split``'s tasks (computed once per process)."""
+    key = (environment.name, tuple(environment.task_ids(split)))
+    with _statistics_lock:
+        if key not in _statistics:
+            turns = []
+            for task_id in environment.task_ids(split):
+                task = environment.load_task(task_id)
+                offered = frozenset(t.name for t in environment.start(task).tools)
+                turns += [GoldTurn(task_id, query, frozenset(c.name for c in calls), offered)
+                          for query, calls in zip(task.turns, task.gold or []) if calls]
+            _statistics[key] = ToolStatistics(tuple(turns))
+        return _statistics[key]
+
+
+def session_toolface(environment: Environment, session: EnvironmentSession, tools: list[Tool] | None = None,
+                     *, cache_dir: Path | None = None, config: RetrievalConfig | None = None,
+                     split: str = "train") -> ToolFace:
+    """The ToolFace an episode of ``session.task`` plans with: the session's tools (or
+    ``tools``, e.g. the central catalog), the environment's measured settings, and what
+    ``split``'s gold teaches — without the task's own turns."""
+    config = config or retrieval_config(environment)
+    every = tool_statistics(environment, split)
+    statistics = every.without(session.task.task_id)
+    if config.query_log_weight > 0:
+        _embed_once(every, cache_dir)
+    return ToolFace(
+        session.tools if tools is None else tools, cache_dir=cache_dir, config=config,
+        companions=statistics.companions(),
+        query_log=statistics.query_log() if config.query_log_weight > 0 else None,
+        usage=statistics.usage() if config.usage_weight > 0 else None,
+    )
+
+
+_embedded: set[tuple] = set()
+_embedded_lock = threading.Lock()
+
+
+def _embed_once(statistics: ToolStatistics, cache_dir: Path | None) -> None:
+    """Embed the query log into the on-disk cache once per process, in one batch: on a cold
+    cache, concurrent episodes would otherwise each embed every logged request."""
+    texts = [text for text, _ in statistics.query_log()]
+    key = (hashlib.sha256("\n".join(texts).encode()).hexdigest(), str(cache_dir))
+    with _embedded_lock:
+        if key not in _embedded:
+            Embedder(cache_dir).embed(texts)
+            _embedded.add(key)
+
+
 # -- companions ---------------------------------------------------------------------------
 _companions_lock = threading.Lock()
 _companions: dict[tuple, dict[str, list[str]]] = {}
@@ -213,7 +336,9 @@ def companions_from_turns(turns: list[set[str]], min_share: float = 0.25,
 
 def tool_companions(environment: Environment, split: str = "train", min_share: float = 0.25,
                     min_count: int = 2) -> dict[str, list[str]]:
-    """Companion map learnt from ``split``'s gold calls (computed once per process)."""
+    """Companion map learnt from ``split``'s gold calls, every task included (computed once
+    per process). Episodes use :func:`session_toolface`, which leaves the task's own turns
+    out."""
     key = (environment.name, tuple(environment.task_ids(split)), min_share, min_count)
     with _companions_lock:
         if key not in _companions:

@@ -156,9 +156,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def cmd_toolface(args: argparse.Namespace) -> int:
     """Show what ToolFace gives the Planner for a task's turn (or any query)."""
-    from heart.catalog import catalog_tools, central_catalog, tool_companions
+    from heart.catalog import catalog_tools, central_catalog, retrieval_config, session_toolface
     from heart.environments import load_environment
-    from heart.toolface import RetrievalConfig, ToolFace
 
     environment = load_environment(args.env)
     try:
@@ -171,7 +170,7 @@ def cmd_toolface(args: argparse.Namespace) -> int:
         return 2
     session = environment.start(task)
     tools = catalog_tools(session, central_catalog()) if args.catalog == "central" else session.tools
-    toolface = ToolFace(tools, config=RetrievalConfig(k=args.k), companions=tool_companions(environment))
+    toolface = session_toolface(environment, session, tools, config=retrieval_config(environment, k=args.k))
     query = args.query or task.turns[args.turn]
     print(f"{task.task_id} turn {args.turn}, {len(toolface)} tools ({args.catalog}): {query}\n")
     for tool in toolface.retrieve(query):

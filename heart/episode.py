@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from heart.catalog import tool_companions
+from heart.catalog import session_toolface
 from heart.calls import BackendError, EpisodeContext, RoleClient
 from heart.environments.base import Environment, Task
 from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, _quiet
 from heart.primitives import contained_tool_calls, summarize
 from heart.runtime.base import Backend, SamplingConfig
-from heart.toolface import ToolFace
 from heart.traces import EpisodeRecord, TraceWriter
 
 
@@ -58,9 +57,9 @@ def run_episode(
     """
     start = time.perf_counter()
     session = environment.start(task)
-    # Companions (tools that gold calls use together, learnt from the train split only)
-    # are shown beside the ranked tools: retrieval by similarity alone misses them.
-    toolface = ToolFace(session.tools, cache_dir=cache_dir, companions=tool_companions(environment))
+    # What the train split's gold teaches retrieval (companions, a query log, a usage
+    # prior; the task's own turns left out): similarity alone misses tools no query names.
+    toolface = session_toolface(environment, session, cache_dir=cache_dir)
     context = EpisodeContext(episode_id(task.env, task.task_id, seed, backend.name), task.task_id, task.env)
     loop = HeartLoop(RoleClient(backend, context, trace, sampling), toolface,
                      ask_user or session.clarify, config, observe)

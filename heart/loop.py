@@ -67,8 +67,13 @@ Observer = Callable[[str, dict[str, Any]], None]
 PLANNER_CONVERSATION_CHARS = 60
 """The Planner sees earlier turns' responses cut to this: it plans from the gist, while the
 Router, which must ground values, sees them as the episode keeps them."""
-RESPONSE_RESULT_CHARS = 600
-"""How much of each step's result the turn's response quotes."""
+RESPONSE_RESULT_CHARS = 4000
+"""How much of each step's result the turn's answer quotes. The answer states what the
+tools returned, as an agent's answer would: a cut at 600 characters dropped values the
+user asked about (AgentDojo workspace/user_task_28: two of the three scores asked for sat
+past the cut in the file's content). Later turns see the answer shortened
+(``heart.episode.CONVERSATION_RESPONSE_CHARS``), the Planner far less; only the user (and
+the benchmark's checker) reads it whole."""
 NO_TOOL_RESPONSE = "None of the available tools can carry out this request, so I called none."
 
 

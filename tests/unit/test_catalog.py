@@ -6,11 +6,16 @@ import pytest
 from fakes import HashingEmbedder
 
 from heart.catalog import (
+    GoldTurn,
+    ToolStatistics,
     catalog_tools,
     central_catalog,
     companions_from_turns,
     gold_turns,
+    retrieval_config,
+    session_toolface,
     tool_companions,
+    tool_statistics,
 )
 from heart.environments import load_environment
 from heart.environments.bfcl import MULTI_TURN_CLASSES
@@ -78,3 +83,38 @@ def test_companion_map_is_learnt_from_the_train_split_only():
     train_tools = set().union(*gold_turns(env, "train"))
     assert set(companions) <= train_tools
     assert all(set(c) <= train_tools for c in companions.values())
+
+
+def test_statistics_leave_a_task_out_and_count_usage_over_the_turns_offering_a_tool():
+    offered = frozenset({"cd", "ls", "cat"})
+    stats = ToolStatistics((
+        GoldTurn("a", "go to docs and list", frozenset({"cd", "ls"}), offered),
+        GoldTurn("a", "list again", frozenset({"ls"}), offered),
+        GoldTurn("b", "show the file", frozenset({"cd", "cat"}), offered),
+    ))
+    assert stats.usage() == {"cd": 2 / 4, "ls": 2 / 4, "cat": 1 / 4}  # +1 on the offering turns
+    without_a = stats.without("a")
+    assert [t.task_id for t in without_a.turns] == ["b"]
+    assert without_a.query_log() == [("show the file", frozenset({"cd", "cat"}))]
+    assert stats.without("nobody") == stats
+
+
+def test_an_episode_is_never_shown_what_its_own_gold_taught(tmp_path, monkeypatch):
+    """session_toolface learns from train-split gold without the task's own turns."""
+    import heart.catalog
+
+    warmed = []
+    monkeypatch.setattr(heart.catalog, "_embed_once", lambda statistics, cache_dir: warmed.append(statistics))
+    env = load_environment("bfcl")
+    statistics = tool_statistics(env, "train")
+    assert {t.task_id for t in statistics.turns} == set(env.task_ids("train"))
+    task = env.load_task(env.task_ids("train")[0])
+    session = env.start(task)
+    face = session_toolface(env, session, cache_dir=tmp_path, config=retrieval_config(env))
+    own = {t.query for t in statistics.turns if t.task_id == task.task_id}
+    assert own and not own & {text for text, _ in face.query_log}
+    assert len(face.query_log) == len(statistics.turns) - len(own)
+    assert face.usage == statistics.without(task.task_id).usage()
+    assert face.config.query_log_weight > 0 and retrieval_config("agentdojo").query_log_weight == 0
+    assert retrieval_config(env, k=3).k == 3
+    assert warmed == [statistics]  # the whole log is embedded once, in one batch

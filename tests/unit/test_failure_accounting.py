@@ -174,9 +174,9 @@ def episode(environment, script, tmp_path, monkeypatch, **kw):
     import heart.episode as episode_module
 
     # the hashing embedder: no model load for a toy ToolFace
-    monkeypatch.setattr(episode_module, "ToolFace",
-                        lambda tools, cache_dir=None, companions=None: ToolFace(
-                            tools, cache_dir=tmp_path / "cache", embedder=HashingEmbedder(), companions=companions))
+    monkeypatch.setattr(episode_module, "session_toolface",
+                        lambda environment, session, cache_dir=None: ToolFace(
+                            session.tools, cache_dir=tmp_path / "cache", embedder=HashingEmbedder()))
     trace_path = tmp_path / "trace.jsonl"
     with TraceWriter(trace_path, fsync=False) as trace:
         result = run_episode(environment, environment.load_task("t0"), ScriptedBackend(script),

@@ -353,3 +353,17 @@ def test_prefill_starts_each_answer_and_traces_a_plain_conversation(world):
     rows = list(read_trace(trace_path))
     assert all(r["messages"][-1]["role"] == "user" for r in rows)  # no prefill in the dataset's view
     assert all(r["raw_output"].startswith(r["extra"]["prefill"]) and r["parse_error"] is None for r in rows)
+
+
+def test_the_answer_states_a_long_result_whole_up_to_its_cap():
+    """Values the user asked about can sit deep in a result (a file's rows): the answer
+    quotes each step's result up to RESPONSE_RESULT_CHARS, not a 600-character glimpse."""
+    from heart.loop import RESPONSE_RESULT_CHARS, Attempt, HeartLoop
+    from heart.primitives import Envelope
+
+    rows = "\n".join(f"user {i},{i % 5}" for i in range(200))  # ~2,000 characters
+    attempt = Attempt(0, results={1: Envelope("SUCCESS", "read_file", result={"content": rows})})
+    answer = HeartLoop.response([attempt])
+    assert "user 199,4" in answer and len(answer) > 600
+    huge = Attempt(0, results={1: Envelope("SUCCESS", "read_file", result="x" * (3 * RESPONSE_RESULT_CHARS))})
+    assert len(HeartLoop.response([huge])) <= len("read_file: ") + RESPONSE_RESULT_CHARS

@@ -80,6 +80,10 @@ def test_short_description_is_the_tools_own_first_sentence(bfcl_tools):
     agentdojo = ToolSpec("get_unread_emails", "Returns all the unread emails in the inbox. Each email "
                          "has a sender, a subject, and a body.\nThe emails are marked as read.", {})
     assert agentdojo.short_description() == "Returns all the unread emails in the inbox."
+    # A parameter's allowed values are indexed as words: "fuel level" finds displayCarStatus.
+    status = by_name["displayCarStatus"].index_text()
+    assert "option: The option to display. (fuel, battery, doors" in status and "parking brake" in status
+    assert "[Enum]" not in status
     # Descriptions that shared a class preamble are now told apart.
     lines = [t.spec.short_description() for t in bfcl_tools if t.spec.category == "GorillaFileSystem"]
     assert len(set(lines)) == len(lines) and not any("This tool belongs" in line for line in lines)
@@ -194,9 +198,57 @@ def test_hnsw_and_exact_indexes_agree_on_a_small_catalog(tmp_path):
         assert [s for _, s in exact.search(query, 3)] == pytest.approx([s for _, s in approx.search(query, 3)])
 
 
+def test_a_logged_request_like_the_query_votes_for_the_tools_it_needed(tmp_path):
+    from fakes import HashingEmbedder
+
+    from heart.toolface import RetrievalConfig
+
+    tools = [Tool(s, noop) for s in SMALL]
+    query = "how much gas is left"  # no tool's text shares a word with it
+    log = [("how much gas is left in my car", {"fillFuelTank"}),
+           ("how much gas is left in the tank", {"fillFuelTank", "lockDoors"}),
+           ("what is the weather like", {"not_in_this_catalog"})]
+    plain = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), config=RetrievalConfig(min_shown=0))
+    assert plain.search(query, 1)[0][0] != "fillFuelTank"
+    face = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), query_log=log,
+                    config=RetrievalConfig(min_shown=0, query_log_weight=0.5))
+    ranked = [n for n, _ in face.search(query, 3)]
+    # both similar requests vote for fillFuelTank, one for lockDoors; the weather one is too far
+    assert ranked[:2] == ["fillFuelTank", "lockDoors"]
+    far = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), query_log=log,
+                   config=RetrievalConfig(min_shown=0, query_log_weight=0.5, query_log_min_similarity=0.99))
+    assert far.search(query, 1)[0][0] != "fillFuelTank"  # no logged request is similar enough
+
+
+def test_the_usage_prior_breaks_ties_toward_often_used_tools(tmp_path):
+    from fakes import HashingEmbedder
+
+    from heart.toolface import RetrievalConfig
+
+    tools = [Tool(s, noop) for s in SMALL]
+    usage = {"setHeadlights": 0.9}
+    face = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), usage=usage,
+                    config=RetrievalConfig(min_shown=0, usage_weight=0.2))
+    assert face.search("zzz unrelated words", 1)[0][0] == "setHeadlights"
+    off = ToolFace(tools, cache_dir=tmp_path, embedder=HashingEmbedder(), usage=usage,
+                   config=RetrievalConfig(min_shown=0))
+    assert all(score == 0 for _, score in off.search("zzz unrelated words", 6))
+
+
+def test_the_index_is_keyed_by_what_gets_indexed(tmp_path, monkeypatch):
+    face = small_face(tmp_path)
+    before = face.index_path()
+    monkeypatch.setattr(ToolSpec, "index_text", lambda self: f"changed {self.name}")
+    assert small_face(tmp_path).index_path() != before
+
+
 def test_retrieval_config_rejects_bad_values():
     from heart.toolface import RetrievalConfig
 
+    with pytest.raises(ValueError, match="query_log_weight"):
+        RetrievalConfig(query_log_weight=-1)
+    with pytest.raises(ValueError, match="query_log_neighbours"):
+        RetrievalConfig(query_log_neighbours=0)
     with pytest.raises(ValueError, match="dense_weight"):
         RetrievalConfig(dense_weight=1.5)
     with pytest.raises(ValueError, match="index"):
