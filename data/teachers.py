@@ -41,9 +41,8 @@ from typing import Any, Sequence
 
 from data.grounding import grounded
 from heart.environments.base import Task, ToolCall
-from heart.primitives import one_line
 from heart.roles import planner, router, verifier
-from heart.roles.common import role_input
+from heart.roles.common import clip_words, render_answer, role_input
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
 
@@ -65,10 +64,19 @@ _QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 
-def _purpose(description: str) -> str:
-    """A short verb phrase from a tool description (its first sentence, lowercased)."""
-    text = description.split("Tool description:")[-1].strip()
+_TRAILING = {"a", "an", "the", "of", "to", "in", "on", "for", "from", "with", "and", "or", "by", "at", "any"}
+
+
+def _purpose(description: str, limit: int | None = None) -> str:
+    """A short verb phrase from a tool description (its first sentence, lowercased); with
+    ``limit``, its first words up to that many characters, not ending on a function word."""
+    text = " ".join(description.split("Tool description:")[-1].split())
     sentence = text.split(". ")[0].rstrip(".…").strip()
+    if limit is not None and len(sentence) > limit:
+        words = clip_words(sentence, limit, ellipsis="").split()
+        while len(words) > 1 and words[-1].lower().strip(",;:") in _TRAILING:
+            words.pop()
+        sentence = " ".join(words).rstrip(",;:")
     return sentence[:1].lower() + sentence[1:] if sentence else ""
 
 
@@ -87,15 +95,20 @@ def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]
     return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
-TASK_CHARS = 60
-OBJECTIVE_CHARS = 60
-STEP_OBJECTIVE_CHARS = 80
+TASK_CHARS = 32
+OBJECTIVE_CHARS = 40
+STEP_OBJECTIVE_CHARS = 56
+PURPOSE_CHARS = 40
+"""A tool's purpose inside an objective or request: its description's first words."""
+MAX_CONSTRAINTS = 2
+DETAILS_CHARS = 80
+"""A failure's details quoted in Verifier feedback."""
 """The teacher writes intents shorter than the schema allows: every token of an answer is
 one the student must learn to produce."""
 
 # Natural-language fields are written from several templates so the student learns the
 # content, not one phrasing.
-OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}.", "Use {tool} to {purpose}{args}.")
+OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}.", "{tool}: {purpose}{args}.")
 REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
 
 
@@ -145,9 +158,9 @@ class GoldTeacher:
         payload = role_input(messages)
         answer, meta = {"planner": self._planner, "router": self._router,
                         "primitive": self._primitive, "verifier": self._verifier}[role](payload)
-        # json.dumps' default separators: the very form the serving grammar (heart.runtime.hf)
-        # and the prefills use, so a student learns exactly what it may produce
-        text = json.dumps(answer, ensure_ascii=False)
+        # the very form the serving grammar (heart.runtime.hf) and the prefills use, so a
+        # student learns exactly what it may produce
+        text = render_answer(answer)
         return Generation(text=text, backend=self.name, meta=meta,
                           prompt_tokens=sum(len(m["content"].split()) for m in messages),
                           completion_tokens=len(text.split()), latency_s=time.perf_counter() - start)
@@ -182,10 +195,10 @@ class GoldTeacher:
         return f" ({', '.join(parts)})" if parts else ""
 
     def _fill(self, templates: Sequence[str], tool: str, description: str, args: str, limit: int) -> str:
-        purpose = _purpose(description) or f"run {tool}"
+        purpose = _purpose(description, PURPOSE_CHARS) or f"run {tool}"
         text = self.rng.choice(templates).format(tool=tool, purpose=purpose, args=args,
                                                  Purpose=purpose[:1].upper() + purpose[1:])
-        return one_line(text, limit)
+        return clip_words(text, limit)
 
     def _maybe_fault(self, state: _TurnState) -> str | None:
         if state.faults >= self.max_faults_per_turn or self.rng.random() >= self.fault_rate:
@@ -208,7 +221,7 @@ class GoldTeacher:
             state.plan_calls = []
             meta["retrieval_miss"] = missing
         else:  # a plan longer than the input allows is cut: the checker then judges it
-            state.plan_calls = list(remaining)[:p.get("max_steps", len(remaining))]
+            state.plan_calls = list(remaining)[:p.get("max_steps", planner.DEFAULT_MAX_STEPS)]
         text = json.dumps(p, ensure_ascii=False)
         query = " ".join(p["user_query"].split())
         plan = []
@@ -224,15 +237,15 @@ class GoldTeacher:
             for name, value in call.arguments.items():
                 if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
                         and str(value).strip() and str(value) in query:
-                    constraints.append(one_line(f"{name}: {value}", planner.CONSTRAINT_CHARS))
+                    constraints.append(clip_words(f"{name}: {value}", planner.CONSTRAINT_CHARS))
         first = re.split(r"(?<=[.?!])\s", query)[0]
         intent = {
-            "task": one_line(", ".join(dict.fromkeys(_purpose(shown[c.name]["description"]) or c.name
-                                                     for c in state.plan_calls)) or "answer without tools",
-                             TASK_CHARS),
-            "objective": one_line(first, OBJECTIVE_CHARS),
+            "task": clip_words(", ".join(dict.fromkeys(_purpose(shown[c.name]["description"], PURPOSE_CHARS)
+                                                       or c.name for c in state.plan_calls))
+                               or "answer without tools", TASK_CHARS),
+            "objective": clip_words(first, OBJECTIVE_CHARS),
             "tool_categories": sorted({s["tool_category"] for s in plan}),
-            "constraints": list(dict.fromkeys(constraints))[:3],
+            "constraints": list(dict.fromkeys(constraints))[:MAX_CONSTRAINTS],
         }
         answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
         return answer, meta
@@ -361,7 +374,7 @@ class GoldTeacher:
         if changed:
             k = changed[0]
             criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
-            reasons.append(f"argument {k} was {_value_text(used[k])} but the request asked for "
+            reasons.append(f"{k} was {_value_text(used[k])} but the request asked for "
                            f"{_value_text(asked[k])} (argument_consistency, constraint_satisfaction)")
         if status != "SUCCESS":
             criteria.update(execution_validity="fail", task_completion="fail")
@@ -372,11 +385,12 @@ class GoldTeacher:
                 criteria["constraint_satisfaction"] = "fail"
             failed = [c for c in ("execution_validity", "argument_consistency", "constraint_satisfaction")
                       if criteria[c] == "fail" and not (changed and c != "execution_validity")]
-            reasons.append(f"it failed with {kind}: {one_line(envelope.get('details', ''), 160)} ({', '.join(failed)})")
-        reasons.append("so the step's objective is not met (task_completion)")
-        advice = (f"Re-plan from step {step}: call {tool} with {changed[0]}={_value_text(asked[changed[0]])}."
-                  if changed else f"Re-plan from step {step}: call {tool} with arguments that match its schema and the request.")
-        feedback = one_line(f"Step {step} ({tool}): " + "; ".join(reasons) + ". " + advice, verifier.FEEDBACK_CHARS)
+            reasons.append(f"failed with {kind}: {clip_words(envelope.get('details', ''), DETAILS_CHARS)} "
+                           f"({', '.join(failed)})")
+        advice = (f"call {tool} with {changed[0]} as asked" if changed
+                  else f"call {tool} with arguments that match its schema and the request")
+        feedback = clip_words(f"Step {step} ({tool}): " + "; ".join(reasons)
+                              + f"; objective not met (task_completion). Re-plan: {advice}.", verifier.FEEDBACK_CHARS)
         return criteria, feedback, fault or "unlabelled"
 
     def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:
