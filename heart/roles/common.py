@@ -71,6 +71,23 @@ def clip_words(text: str, limit: int, ellipsis: str = "…") -> str:
     return cut[: limit - len(ellipsis)].rstrip(" ,;:") + ellipsis
 
 
+FUNCTION_WORDS = frozenset("a an the of to in on for from with and or by at any its their that which".split())
+"""Words a clipped phrase does not end on, and that do not make a description say more."""
+
+
+def clip_phrase(text: str, limit: int) -> str:
+    """The first words of ``text`` (on one line), at most ``limit`` characters and not
+    ending on a function word: "Get the login status of the current user" → "Get the
+    login status". For short labels, where an ellipsis would be a token saying nothing."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    words = clip_words(text, limit, ellipsis="").split()
+    while len(words) > 1 and words[-1].lower().strip(",;:") in FUNCTION_WORDS:
+        words.pop()
+    return " ".join(words).rstrip(",;:")
+
+
 MAX_JSON_CANDIDATES = 256
 """How many ``{`` positions a parser tries as the start of the answer before giving up."""
 

@@ -4,23 +4,31 @@ The Planner sees the user's query, the conversation so far, the answers to its e
 clarification questions, the steps already executed, every Verifier feedback of this turn,
 and the tools ToolFace retrieved for the query — name, one-line description and category,
 never schemas. Its input also says what the serving schema needs (``may_ask``,
-``max_steps``), so :func:`schema_for_input` rebuilds that schema from the input alone.
+``max_steps``, shown only when not the defaults true and 10), so :func:`schema_for_input`
+rebuilds that schema from the input alone.
+
+Departures from D.1's format, for size (issue 8: every input token is paid on every
+training example and every call): the conversation is the last turn only, its query and
+response clipped; a tool's description is its first words (≤ :data:`DESCRIPTION_CHARS`),
+empty when it only restates the name; executed steps are step, tool and status (a SUCCESS
+with a short summary; a failure's cause is in the feedback, kept whole). Answers are
+compact JSON (``ANSWER_SEPARATORS``), as the serving grammar enforces.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import ParseResult, clip_words, parse_model, render_input
+from heart.roles.common import FUNCTION_WORDS, ParseResult, clip_phrase, clip_words, parse_model, render_input
 
 ROLE = "planner"
 
-SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the intent: task, objective, tool categories, the user's constraints. If a needed detail is missing and no tool can find it, answer INSUFFICIENT with one question for it (not if "may_ask" is false). Else plan steps 1..n, fewest, at most "max_steps" (default 10), none if no tool serves; each uses one tool of "available_tools" (category → name → description): its exact name as "tool_hint", its category, a one-sentence objective, the earlier steps it needs as "dependencies". Given "feedback": fix all of it, set "replanned" true, do not redo SUCCESS steps of "executed_so_far".
-Answer with JSON only:
-{"status":"SUFFICIENT","intent":{"task":"","objective":"","tool_categories":[],"constraints":[]},"plan":[{"step":1,"tool_category":"","tool_hint":"","objective":"","dependencies":[]}],"replanned":false}
-or {"status":"INSUFFICIENT","intent":{...},"clarification":"","replanned":false}"""
+SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the query's intent: task, objective, tool categories, user constraints. If a detail is missing that no tool can find, answer INSUFFICIENT with one question (not if "may_ask" is false). Else plan the fewest steps 1..n (at most "max_steps", default 10; none if no tool fits), each with one tool of "available_tools" (category → name → description): exact "tool_hint", its category, a one-sentence objective, the earlier steps it needs as "dependencies". Given "feedback": fix all of it, "replanned": true, and do not redo SUCCESS steps of "executed_so_far".
+JSON only (INSUFFICIENT: "clarification":"" instead of "plan"):
+{"status":"SUFFICIENT","intent":{"task":"","objective":"","tool_categories":[],"constraints":[]},"plan":[{"step":1,"tool_category":"","tool_hint":"","objective":"","dependencies":[]}],"replanned":false}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
@@ -28,7 +36,7 @@ RESPONSE_PREFIX = '{"status":"'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
-INSTRUCTION = "Plan the next actions for this query."
+INSTRUCTION = "Plan this query."
 
 # Length limits shared by the output models, the serving schema and the teachers.
 TASK_CHARS = 80
@@ -39,12 +47,13 @@ CLARIFICATION_CHARS = 120
 
 # What the Planner's input keeps (see build_payload): it chooses tools, it does not bind
 # values, so it needs the gist of the recent turns, not their payloads.
-DESCRIPTION_CHARS = 32
-"""A tool's line in the Planner's input: its own first sentence, at most this long."""
+DESCRIPTION_CHARS = 28
+"""A tool's line in the Planner's input: its own first sentence, at most this long; the
+name carries the rest."""
 CONVERSATION_TURNS = 1
 """Earlier turns shown: the last this many (the one a follow-up query most often refers to)."""
-CONVERSATION_USER_CHARS = 80
-CONVERSATION_RESPONSE_CHARS = 32
+CONVERSATION_USER_CHARS = 64
+CONVERSATION_RESPONSE_CHARS = 24
 EXECUTED_SUMMARY_CHARS = 40
 """An executed SUCCESS step's summary; a failed step's cause is in the feedback."""
 DEFAULT_MAX_STEPS = 10
@@ -91,11 +100,20 @@ class PlannerOutput(BaseModel):
         return self
 
 
-def tool_line(description: str) -> str:
-    """A tool's own first sentence (BFCL: the text after "Tool description:"), clipped at a
-    word boundary."""
+def tool_line(description: str, name: str = "") -> str:
+    """A tool's own first sentence (BFCL: the text after "Tool description:"), its first
+    words when longer than :data:`DESCRIPTION_CHARS` (:func:`clip_phrase`); empty when it
+    only restates the tool's ``name`` ("post_tweet": "Post a tweet")."""
     text = " ".join(description.split("Tool description:")[-1].split())
-    return clip_words(text.split(". ")[0].rstrip(".…").strip(), DESCRIPTION_CHARS)
+    line = clip_phrase(text.split(". ")[0].rstrip(".…").strip(), DESCRIPTION_CHARS)
+    return "" if name and _content_words(line) <= _content_words(name) else line
+
+
+def _content_words(text: str) -> set[str]:
+    """Lower-cased words of ``text`` (snake_case and camelCase split, a plural "s" dropped),
+    without function words."""
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", text)
+    return {w.lower().rstrip("s") for w in re.findall(r"[A-Za-z]+", spaced)} - FUNCTION_WORDS
 
 
 def shown_tools(payload: dict[str, Any]) -> dict[str, str]:
@@ -126,7 +144,8 @@ def build_payload(
     """
     grouped: dict[str, dict[str, str]] = {}
     for tool in tools:
-        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = tool_line(tool.get("description", ""))
+        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = tool_line(tool.get("description", ""),
+                                                                                  tool["name"])
     payload: dict[str, Any] = {"user_query": query, "available_tools": grouped}
     if conversation:
         payload["conversation"] = [
