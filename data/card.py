@@ -324,7 +324,7 @@ def variant_messages(messages: Messages, role: str, *, short: bool = False, pret
         out[0]["content"] = ROLE_MODULES[role].SHORT_SYSTEM_PROMPT
     if pretty:
         user = out[-2]["content"]
-        head = user[: user.index("INPUT:\n```json\n")]
+        instruction = user.split("\n", 1)[0]
         block = json.dumps(read_input(user), ensure_ascii=False, indent=1, default=str)
-        out[-2]["content"] = f"{head}INPUT:\n```json\n{block}\n```"
+        out[-2]["content"] = f"{instruction}\n\nINPUT:\n```json\n{block}\n```"
     return out

@@ -41,9 +41,8 @@ from typing import Any, Sequence
 
 from data.grounding import grounded
 from heart.environments.base import Task, ToolCall
-from heart.primitives import one_line
 from heart.roles import planner, router, verifier
-from heart.roles.common import role_input
+from heart.roles.common import clip_phrase, clip_words, render_answer, role_input
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
 
@@ -65,11 +64,24 @@ _QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 
-def _purpose(description: str) -> str:
-    """A short verb phrase from a tool description (its first sentence, lowercased)."""
-    text = description.split("Tool description:")[-1].strip()
+def _purpose(description: str, limit: int | None = None) -> str:
+    """A short verb phrase from a tool description (its first sentence, lowercased); with
+    ``limit``, its first words up to that many characters (:func:`clip_phrase`)."""
+    text = " ".join(description.split("Tool description:")[-1].split())
     sentence = text.split(". ")[0].rstrip(".…").strip()
+    if limit is not None:
+        sentence = clip_phrase(sentence, limit)
     return sentence[:1].lower() + sentence[1:] if sentence else ""
+
+
+_REQUEST = re.compile(r"\?|\b(please|could you|can you|would you|i need|i want|i'd like|help me|let's)\b", re.I)
+
+
+def _request_sentence(query: str) -> str:
+    """The sentence of ``query`` that asks for something (a question, "please", "could
+    you", …), else its first: an objective, not a greeting."""
+    sentences = re.split(r"(?<=[.?!])\s", query)
+    return next((s for s in sentences if _REQUEST.search(s)), sentences[0])
 
 
 def _value_text(value: Any) -> str:
@@ -87,15 +99,20 @@ def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]
     return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
-TASK_CHARS = 60
-OBJECTIVE_CHARS = 60
-STEP_OBJECTIVE_CHARS = 80
+TASK_CHARS = 24
+OBJECTIVE_CHARS = 32
+STEP_OBJECTIVE_CHARS = 48
+PURPOSE_CHARS = 40
+"""A tool's purpose inside an objective or request: its description's first words."""
+MAX_CONSTRAINTS = 2
+DETAILS_CHARS = 60
+"""A failure's details quoted in Verifier feedback."""
 """The teacher writes intents shorter than the schema allows: every token of an answer is
 one the student must learn to produce."""
 
 # Natural-language fields are written from several templates so the student learns the
 # content, not one phrasing.
-OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}.", "Use {tool} to {purpose}{args}.")
+OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}", "{Purpose}{args}.")
 REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
 
 
@@ -145,9 +162,9 @@ class GoldTeacher:
         payload = role_input(messages)
         answer, meta = {"planner": self._planner, "router": self._router,
                         "primitive": self._primitive, "verifier": self._verifier}[role](payload)
-        # json.dumps' default separators: the very form the serving grammar (heart.runtime.hf)
-        # and the prefills use, so a student learns exactly what it may produce
-        text = json.dumps(answer, ensure_ascii=False)
+        # the very form the serving grammar (heart.runtime.hf) and the prefills use, so a
+        # student learns exactly what it may produce
+        text = render_answer(answer)
         return Generation(text=text, backend=self.name, meta=meta,
                           prompt_tokens=sum(len(m["content"].split()) for m in messages),
                           completion_tokens=len(text.split()), latency_s=time.perf_counter() - start)
@@ -171,21 +188,37 @@ class GoldTeacher:
             by_name["*"] += _QUOTED.findall(query)
         return {k: sorted(set(v)) for k, v in by_name.items()}
 
-    def _args_phrase(self, arguments: dict[str, Any], text: str, references: dict[str, str] | None = None) -> str:
-        """" (k=v, …)" with the grounded values only; references named by their step."""
+    def _args_parts(self, arguments: dict[str, Any], text: str, references: dict[str, str] | None = None) -> list[str]:
+        """"k=v" for the grounded values only; references named by their step."""
         parts = []
         for name, value in arguments.items():
             if references and name in references:
                 parts.append(f"{name} from {references[name].split('.')[0][1:].replace('_', ' ')}")
             elif not isinstance(value, (dict, list)) and grounded(value, text) and value is not None:
                 parts.append(f"{name}={_value_text(value)}")
-        return f" ({', '.join(parts)})" if parts else ""
+        return parts
 
-    def _fill(self, templates: Sequence[str], tool: str, description: str, args: str, limit: int) -> str:
-        purpose = _purpose(description) or f"run {tool}"
-        text = self.rng.choice(templates).format(tool=tool, purpose=purpose, args=args,
-                                                 Purpose=purpose[:1].upper() + purpose[1:])
-        return one_line(text, limit)
+    def _fill(self, templates: Sequence[str], tool: str, description: str, parts: list[str], limit: int) -> str:
+        """A template filled with the tool's purpose and as many whole "k=v" parts as fit in
+        ``limit`` (at least the first, clipped): a value cut in half helps no one."""
+        purpose = _purpose(description, PURPOSE_CHARS) or f"run {tool}"
+        template = self.rng.choice(templates)
+
+        def text(n: int) -> str:
+            args = f" ({', '.join(parts[:n])})" if n else ""
+            return template.format(tool=tool, purpose=purpose, args=args, Purpose=purpose[:1].upper() + purpose[1:])
+
+        n = len(parts)
+        while n > 1 and len(text(n)) > limit:
+            n -= 1
+        return clip_words(text(n), limit)
+
+    def _description(self, tool: str) -> str:
+        """The tool's own description (its documentation, not an answer): objectives and
+        requests take their purpose phrase from it, also when the Planner's input omits it
+        as a restatement of the name."""
+        spec = self.specs.get(tool)
+        return spec.description if spec else ""
 
     def _maybe_fault(self, state: _TurnState) -> str | None:
         if state.faults >= self.max_faults_per_turn or self.rng.random() >= self.fault_rate:
@@ -208,31 +241,29 @@ class GoldTeacher:
             state.plan_calls = []
             meta["retrieval_miss"] = missing
         else:  # a plan longer than the input allows is cut: the checker then judges it
-            state.plan_calls = list(remaining)[:p.get("max_steps", len(remaining))]
+            state.plan_calls = list(remaining)[:p.get("max_steps", planner.DEFAULT_MAX_STEPS)]
         text = json.dumps(p, ensure_ascii=False)
         query = " ".join(p["user_query"].split())
         plan = []
         for i, call in enumerate(state.plan_calls, 1):
             tool = shown[call.name]
-            args = self._args_phrase(call.arguments, text)
             plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
-                         "objective": self._fill(OBJECTIVES, call.name, tool["description"], args,
-                                                 STEP_OBJECTIVE_CHARS),
+                         "objective": self._fill(OBJECTIVES, call.name, self._description(call.name),
+                                                 self._args_parts(call.arguments, text), STEP_OBJECTIVE_CHARS),
                          "dependencies": [i - 1] if i > 1 else []})
         constraints = []
         for call in state.plan_calls:
             for name, value in call.arguments.items():
                 if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
                         and str(value).strip() and str(value) in query:
-                    constraints.append(one_line(f"{name}: {value}", planner.CONSTRAINT_CHARS))
-        first = re.split(r"(?<=[.?!])\s", query)[0]
+                    constraints.append(clip_words(f"{name}: {value}", planner.CONSTRAINT_CHARS))
         intent = {
-            "task": one_line(", ".join(dict.fromkeys(_purpose(shown[c.name]["description"]) or c.name
-                                                     for c in state.plan_calls)) or "answer without tools",
-                             TASK_CHARS),
-            "objective": one_line(first, OBJECTIVE_CHARS),
+            "task": clip_words(", ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS)
+                                                       or c.name for c in state.plan_calls))
+                               or "answer without tools", TASK_CHARS),
+            "objective": clip_words(_request_sentence(query), OBJECTIVE_CHARS),
             "tool_categories": sorted({s["tool_category"] for s in plan}),
-            "constraints": list(dict.fromkeys(constraints))[:3],
+            "constraints": list(dict.fromkeys(constraints))[:MAX_CONSTRAINTS],
         }
         answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
         return answer, meta
@@ -263,11 +294,10 @@ class GoldTeacher:
             elif fault:
                 state.primitive_faults[i] = "wrong_argument" if fault == "stale_reference" else fault
             state.pending.append((i, call))
-            spec = self.specs.get(call.name)
             dispatch.append({
                 "step": i, "target_tool": call.name,
-                "invocation_request": self._fill(REQUESTS, call.name, spec.description if spec else "",
-                                                 self._args_phrase(call.arguments, text, references),
+                "invocation_request": self._fill(REQUESTS, call.name, self._description(call.name),
+                                                 self._args_parts(call.arguments, text, references),
                                                  router.REQUEST_CHARS),
                 "resolved_bindings": bindings,
                 "h_params": {"retry": self.rng.choice((1, 1, 2)), "priority": "normal",
@@ -361,7 +391,7 @@ class GoldTeacher:
         if changed:
             k = changed[0]
             criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
-            reasons.append(f"argument {k} was {_value_text(used[k])} but the request asked for "
+            reasons.append(f"{k} was {_value_text(used[k])} but the request asked for "
                            f"{_value_text(asked[k])} (argument_consistency, constraint_satisfaction)")
         if status != "SUCCESS":
             criteria.update(execution_validity="fail", task_completion="fail")
@@ -372,11 +402,12 @@ class GoldTeacher:
                 criteria["constraint_satisfaction"] = "fail"
             failed = [c for c in ("execution_validity", "argument_consistency", "constraint_satisfaction")
                       if criteria[c] == "fail" and not (changed and c != "execution_validity")]
-            reasons.append(f"it failed with {kind}: {one_line(envelope.get('details', ''), 160)} ({', '.join(failed)})")
-        reasons.append("so the step's objective is not met (task_completion)")
-        advice = (f"Re-plan from step {step}: call {tool} with {changed[0]}={_value_text(asked[changed[0]])}."
-                  if changed else f"Re-plan from step {step}: call {tool} with arguments that match its schema and the request.")
-        feedback = one_line(f"Step {step} ({tool}): " + "; ".join(reasons) + ". " + advice, verifier.FEEDBACK_CHARS)
+            reasons.append(f"failed with {kind}: {clip_words(envelope.get('details', ''), DETAILS_CHARS)} "
+                           f"({', '.join(failed)})")
+        advice = (f"call {tool} with {changed[0]} as asked" if changed
+                  else f"call {tool} with arguments its schema accepts")
+        feedback = clip_words(f"Step {step} ({tool}): " + "; ".join(reasons)
+                              + f"; objective not met (task_completion). Re-plan: {advice}.", verifier.FEEDBACK_CHARS)
         return criteria, feedback, fault or "unlabelled"
 
     def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:

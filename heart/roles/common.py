@@ -20,27 +20,72 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 def render_input(instruction: str, payload: dict[str, Any]) -> str:
-    """The user message of a role call: one instruction line and a JSON input block.
+    """The user message of a role call: one instruction line, then the input as one JSON line.
 
     Keeping the input as JSON makes every role call machine-readable for teachers and
     dataset filters, and gives students one stable shape to learn. It is rendered compactly
-    (no indentation, no spaces after separators): whitespace is tokens a student pays for on
-    every example and learns nothing from.
+    (no indentation, no spaces after separators, no ``INPUT:`` label or code fence around
+    it): those are tokens a student pays for on every example and learns nothing from.
     """
     block = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
-    return f"{instruction}\n\nINPUT:\n```json\n{block}\n```"
+    return f"{instruction}\n{block}"
+
+
+_FENCED = "INPUT:\n```json\n"
+"""How inputs were rendered before (session 3): still read, so older traces build."""
 
 
 def read_input(user_message: str) -> dict[str, Any]:
-    """Inverse of :func:`render_input`: the JSON payload of a role call's user message."""
-    start = user_message.index("INPUT:\n```json\n") + len("INPUT:\n```json\n")
-    end = user_message.rindex("\n```")
-    return json.loads(user_message[start:end])
+    """Inverse of :func:`render_input`: the JSON payload of a role call's user message
+    (also of the older fenced rendering)."""
+    if _FENCED in user_message:
+        start = user_message.index(_FENCED) + len(_FENCED)
+        return json.loads(user_message[start:user_message.rindex("\n```")])
+    return json.loads(user_message[user_message.index("\n") + 1:])
 
 
 def role_input(messages: list[dict[str, str]]) -> dict[str, Any]:
     """The JSON payload of a role call (its last user message; a prefill may follow it)."""
     return read_input(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
+
+
+ANSWER_SEPARATORS = (",", ":")
+"""How answers are written: teachers render with them, the serving grammar
+(:mod:`heart.runtime.hf`) enforces them, prefills and system prompts show them. Compact,
+like inputs: every separator space is a token a student must learn to produce."""
+
+
+def render_answer(answer: dict[str, Any]) -> str:
+    """An answer as a role writes it (the form the serving grammar allows)."""
+    return json.dumps(answer, ensure_ascii=False, separators=ANSWER_SEPARATORS)
+
+
+def clip_words(text: str, limit: int, ellipsis: str = "…") -> str:
+    """``text`` on one line, at most ``limit`` characters, cut at a word boundary (with
+    ``ellipsis`` appended) when too long: a cut word is tokens that carry nothing."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    head = text[: limit - len(ellipsis) + 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head[:-1]
+    return cut[: limit - len(ellipsis)].rstrip(" ,;:") + ellipsis
+
+
+FUNCTION_WORDS = frozenset("a an the of to in on for from with and or by at any its their that which".split())
+"""Words a clipped phrase does not end on, and that do not make a description say more."""
+
+
+def clip_phrase(text: str, limit: int) -> str:
+    """The first words of ``text`` (on one line), at most ``limit`` characters and not
+    ending on a function word: "Get the login status of the current user" → "Get the
+    login status". For short labels, where an ellipsis would be a token saying nothing."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    words = clip_words(text, limit, ellipsis="").split()
+    while len(words) > 1 and words[-1].lower().strip(",;:") in FUNCTION_WORDS:
+        words.pop()
+    return " ".join(words).rstrip(",;:")
 
 
 MAX_JSON_CANDIDATES = 256

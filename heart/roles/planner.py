@@ -4,40 +4,59 @@ The Planner sees the user's query, the conversation so far, the answers to its e
 clarification questions, the steps already executed, every Verifier feedback of this turn,
 and the tools ToolFace retrieved for the query — name, one-line description and category,
 never schemas. Its input also says what the serving schema needs (``may_ask``,
-``max_steps``), so :func:`schema_for_input` rebuilds that schema from the input alone.
+``max_steps``, shown only when not the defaults true and 10), so :func:`schema_for_input`
+rebuilds that schema from the input alone.
+
+Departures from D.1's format, for size (issue 8: every input token is paid on every
+training example and every call): the conversation is the last turn only, its query and
+response clipped; a tool's description is its first words (≤ :data:`DESCRIPTION_CHARS`),
+empty when it only restates the name; executed steps are step, tool and status (a SUCCESS
+with a short summary; a failure's cause is in the feedback, kept whole). Answers are
+compact JSON (``ANSWER_SEPARATORS``), as the serving grammar enforces.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import ParseResult, parse_model, render_input
+from heart.roles.common import FUNCTION_WORDS, ParseResult, clip_phrase, clip_words, parse_model, render_input
 
 ROLE = "planner"
 
-SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the intent (task, objective, tool categories, the user's constraints). If a needed detail is missing and no tool can look it up, answer INSUFFICIENT with one question asking only for it (only if "may_ask"). Otherwise plan steps 1..n, each with one tool of "available_tools" (category → name → description): exact "tool_hint", its "tool_category", a one-sentence objective, and the earlier steps it needs as "dependencies"; fewest steps, at most "max_steps", empty if no tool serves. With "feedback", fix all of it, set "replanned": true, and do not repeat SUCCESS steps of "executed_so_far".
-Answer with JSON only:
-{"status": "SUFFICIENT", "intent": {"task": "", "objective": "", "tool_categories": [], "constraints": []}, "plan": [{"step": 1, "tool_category": "", "tool_hint": "", "objective": "", "dependencies": []}], "replanned": false}
-or {"status": "INSUFFICIENT", "intent": {...}, "clarification": "", "replanned": false}"""
+SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the query's intent: task, objective, tool categories, user constraints. If a detail is missing that no tool can find, answer INSUFFICIENT with one question (not if "may_ask" is false). Else plan the fewest steps 1..n (at most "max_steps", default 10; none if no tool fits), each with one tool of "available_tools" (category → name → description): exact "tool_hint", its category, a one-sentence objective, the earlier steps it needs as "dependencies". Given "feedback": fix all of it, "replanned": true, and do not redo SUCCESS steps of "executed_so_far".
+JSON only (INSUFFICIENT: "clarification":"" instead of "plan"):
+{"status":"SUFFICIENT","intent":{"task":"","objective":"","tool_categories":[],"constraints":[]},"plan":[{"step":1,"tool_category":"","tool_hint":"","objective":"","dependencies":[]}],"replanned":false}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
-RESPONSE_PREFIX = '{"status": "'
+RESPONSE_PREFIX = '{"status":"'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
-INSTRUCTION = "Plan the next actions for this query."
+INSTRUCTION = "Plan this query."
 
 # Length limits shared by the output models, the serving schema and the teachers.
-TASK_CHARS = 120
-OBJECTIVE_CHARS = 160
-CONSTRAINT_CHARS = 100
-MAX_CONSTRAINTS = 4
-CLARIFICATION_CHARS = 150
-DESCRIPTION_CHARS = 80
-"""A tool's line in the Planner's input: its own first sentence, at most this long."""
+TASK_CHARS = 80
+OBJECTIVE_CHARS = 100
+CONSTRAINT_CHARS = 60
+MAX_CONSTRAINTS = 3
+CLARIFICATION_CHARS = 120
+
+# What the Planner's input keeps (see build_payload): it chooses tools, it does not bind
+# values, so it needs the gist of the recent turns, not their payloads.
+DESCRIPTION_CHARS = 28
+"""A tool's line in the Planner's input: its own first sentence, at most this long; the
+name carries the rest."""
+CONVERSATION_TURNS = 1
+"""Earlier turns shown: the last this many (the one a follow-up query most often refers to)."""
+CONVERSATION_USER_CHARS = 64
+CONVERSATION_RESPONSE_CHARS = 24
+EXECUTED_SUMMARY_CHARS = 40
+"""An executed SUCCESS step's summary; a failed step's cause is in the feedback."""
+DEFAULT_MAX_STEPS = 10
 
 
 class Intent(BaseModel):
@@ -81,11 +100,20 @@ class PlannerOutput(BaseModel):
         return self
 
 
-def tool_line(description: str) -> str:
-    """A tool's own first sentence (BFCL: the text after "Tool description:"), clipped."""
+def tool_line(description: str, name: str = "") -> str:
+    """A tool's own first sentence (BFCL: the text after "Tool description:"), its first
+    words when longer than :data:`DESCRIPTION_CHARS` (:func:`clip_phrase`); empty when it
+    only restates the tool's ``name`` ("post_tweet": "Post a tweet")."""
     text = " ".join(description.split("Tool description:")[-1].split())
-    sentence = text.split(". ")[0].rstrip(".…").strip()
-    return sentence if len(sentence) <= DESCRIPTION_CHARS else sentence[: DESCRIPTION_CHARS - 1].rstrip() + "…"
+    line = clip_phrase(text.split(". ")[0].rstrip(".…").strip(), DESCRIPTION_CHARS)
+    return "" if name and _content_words(line) <= _content_words(name) else line
+
+
+def _content_words(text: str) -> set[str]:
+    """Lower-cased words of ``text`` (snake_case and camelCase split, a plural "s" dropped),
+    without function words."""
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", text)
+    return {w.lower().rstrip("s") for w in re.findall(r"[A-Za-z]+", spaced)} - FUNCTION_WORDS
 
 
 def shown_tools(payload: dict[str, Any]) -> dict[str, str]:
@@ -102,26 +130,47 @@ def build_payload(
     executed_so_far: list[dict[str, Any]] | None = None,
     feedback: list[str] | None = None,
     may_ask: bool = True,
-    max_steps: int = 10,
+    max_steps: int = DEFAULT_MAX_STEPS,
 ) -> dict[str, Any]:
     """The Planner's input. ``tools`` are ``{name, description, category}`` (shown grouped
     by category, each by :func:`tool_line`); ``feedback`` is every Verifier feedback of the
-    turn so far (Algorithm 1's accumulated context C)."""
+    turn so far (Algorithm 1's accumulated context C), kept whole.
+
+    Compacted to what planning needs: the last :data:`CONVERSATION_TURNS` turn(s), user
+    query and response clipped (the response's double quotes made single: escaped quotes
+    cost tokens and say nothing); executed steps as step, tool and status (a SUCCESS with a
+    short summary: a failure's cause is in the feedback); ``may_ask`` and ``max_steps`` only
+    when they differ from their defaults (true, 10), which the prompt states.
+    """
     grouped: dict[str, dict[str, str]] = {}
     for tool in tools:
-        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = tool_line(tool.get("description", ""))
+        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = tool_line(tool.get("description", ""),
+                                                                                  tool["name"])
     payload: dict[str, Any] = {"user_query": query, "available_tools": grouped}
     if conversation:
-        payload["conversation"] = conversation
+        payload["conversation"] = [
+            {"user": clip_words(turn["user"], CONVERSATION_USER_CHARS),
+             "response": clip_words(turn["response"].replace('"', "'"), CONVERSATION_RESPONSE_CHARS)}
+            for turn in conversation[-CONVERSATION_TURNS:]]
     if clarifications:
         payload["clarifications"] = clarifications
     if executed_so_far:
-        payload["executed_so_far"] = executed_so_far
+        payload["executed_so_far"] = [executed_entry(e) for e in executed_so_far]
     if feedback:
         payload["feedback"] = feedback
-    payload["may_ask"] = may_ask
-    payload["max_steps"] = max_steps
+    if not may_ask:
+        payload["may_ask"] = False
+    if max_steps != DEFAULT_MAX_STEPS:
+        payload["max_steps"] = max_steps
     return payload
+
+
+def executed_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An executed step as the Planner sees it: which step ran which tool, and how it ended."""
+    row = {"step": entry["step"], "tool": entry["tool"], "status": entry["status"]}
+    if entry["status"] == "SUCCESS" and entry.get("summary"):
+        row["summary"] = clip_words(entry["summary"], EXECUTED_SUMMARY_CHARS)
+    return row
 
 
 def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
@@ -141,12 +190,13 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PlannerOu
     unknown = [s.tool_hint for s in result.value.plan if s.tool_hint not in shown]
     if result.value.status == "SUFFICIENT" and unknown:
         return ParseResult(None, f"plan uses tools that were not shown: {', '.join(map(repr, unknown))}")
-    if len(result.value.plan) > payload.get("max_steps", 10):
-        return ParseResult(None, f"plan has {len(result.value.plan)} steps; at most {payload.get('max_steps', 6)}")
+    max_steps = payload.get("max_steps", DEFAULT_MAX_STEPS)
+    if len(result.value.plan) > max_steps:
+        return ParseResult(None, f"plan has {len(result.value.plan)} steps; at most {max_steps}")
     return result
 
 
-def output_schema(tools: dict[str, str], may_ask: bool = True, max_steps: int = 10,
+def output_schema(tools: dict[str, str], may_ask: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                   replanning: bool = False) -> dict[str, Any]:
     """JSON Schema of a valid answer, for constrained decoding: steps numbered 1..n, tools
     limited to the shown ones (``tools``: name → category), each step depending only on
@@ -194,4 +244,4 @@ def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
     """The serving schema of the answer to this input (what :func:`output_schema` gets from
     the loop, read back from the payload alone)."""
     return output_schema(shown_tools(payload), payload.get("may_ask", True),
-                         payload.get("max_steps", 10), bool(payload.get("feedback")))
+                         payload.get("max_steps", DEFAULT_MAX_STEPS), bool(payload.get("feedback")))

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import ParseResult, parse_model, render_input
+from heart.roles.common import ParseResult, clip_words, parse_model, render_input
 
 ROLE = "verifier"
 
@@ -28,11 +28,11 @@ SYSTEM_PROMPT = """You are the Verifier of a tool-using assistant. Judge the exe
 - constraint_satisfaction: the user's constraints and preferences (names, amounts, dates, recipients, limits), rate limits, access permissions and business rules are respected.
 PASS only if all four pass; then "feedback" is "". On FAIL, "feedback" lists every failed criterion, root cause first: the step, the argument, what the user asked for and what was used, and what to do instead. Never speculate beyond the evidence in the input.
 Answer with one JSON object and nothing else:
-{"status": "PASS" or "FAIL", "step": <step number>, "criteria": {"task_completion": "pass", "argument_consistency": "pass", "execution_validity": "pass", "constraint_satisfaction": "pass"}, "feedback": ""}"""
+{"status":"PASS" or "FAIL","step":<step number>,"criteria":{"task_completion":"pass","argument_consistency":"pass","execution_validity":"pass","constraint_satisfaction":"pass"},"feedback":""}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Verifier. Answer with the verdict JSON."
 
-RESPONSE_PREFIX = '{"status": "'
+RESPONSE_PREFIX = '{"status":"'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
@@ -78,13 +78,27 @@ class VerifierOutput(BaseModel):
 
 def step_entry(step: dict[str, Any], request: str, bindings: dict[str, Any], envelope: dict[str, Any],
                tool_schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One executed step as the Verifier sees it: plan step, dispatch, schema, envelope."""
+    """One executed step as the Verifier sees it: plan step, dispatch, schema, envelope.
+
+    The envelope is shown without what repeats or carries no evidence: its tool (the
+    step's), its summary when the result or the failure details are there (the summary
+    restates them), and its metadata when the tool ran once."""
     entry = {"step": step["step"], "tool": step["tool_hint"], "objective": step.get("objective", ""),
              "invocation_request": request, "resolved_bindings": bindings}
     if tool_schema is not None:
         entry["tool_schema"] = tool_schema
-    entry["envelope"] = envelope
+    shown = {k: v for k, v in envelope.items() if k not in ("tool", "summary", "meta")}
+    if not ("result" in envelope or envelope.get("details")) and envelope.get("summary"):
+        shown["summary"] = envelope["summary"]
+    if envelope.get("meta", {}).get("attempts", 1) > 1:
+        shown["meta"] = envelope["meta"]
+    entry["envelope"] = shown
     return entry
+
+
+CONVERSATION_TURNS = 2
+"""Earlier turns in the Verifier's input: the last this many, each clipped."""
+CONVERSATION_CHARS = 200
 
 
 def build_payload(
@@ -95,12 +109,15 @@ def build_payload(
     conversation: list[dict[str, str]] | None = None,
     clarifications: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """The Verifier's input: one :func:`step_entry` per step judged (one, per-step)."""
+    """The Verifier's input: one :func:`step_entry` per step judged (one, per-step); of the
+    conversation, the last :data:`CONVERSATION_TURNS` turns, clipped."""
     payload: dict[str, Any] = {"user_query": query, "intent": intent}
     if clarifications:
         payload["clarifications"] = clarifications
     if conversation:
-        payload["conversation"] = conversation
+        payload["conversation"] = [{"user": clip_words(t["user"], CONVERSATION_CHARS),
+                                    "response": clip_words(t["response"], CONVERSATION_CHARS)}
+                                   for t in conversation[-CONVERSATION_TURNS:]]
     payload["steps"] = steps
     return payload
 

@@ -33,6 +33,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
+from heart.roles.common import ANSWER_SEPARATORS
 from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 
@@ -290,10 +291,10 @@ class TransformersBackend:
                                                           stop_token_ids=self.stop_token_ids)
                 self._grammar_compiler = xgr.GrammarCompiler(info)
             try:
-                # Compact JSON with json.dumps' separators: what teachers write and adapters
-                # learn, and no tokens spent on indentation.
+                # Compact JSON (ANSWER_SEPARATORS): what teachers write and adapters learn,
+                # and no tokens spent on whitespace.
                 self._grammars[schema] = self._grammar_compiler.compile_json_schema(
-                    schema, any_whitespace=False, separators=(", ", ": "))
+                    schema, any_whitespace=False, separators=ANSWER_SEPARATORS)
             except Exception as err:  # an exotic tool schema: answer unconstrained, say so
                 self._grammars[schema] = f"{type(err).__name__}: {err}"
         return self._grammars[schema]

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from heart.roles.common import role_input
+from heart.roles.common import render_answer, role_input
 
 
 class HashingEmbedder:
@@ -45,7 +45,7 @@ class Script:
             raise AssertionError(f"unexpected {role} call with {payload}")
         item = queue.pop(0) if len(queue) > 1 else queue[0]
         out = item(payload) if callable(item) else item
-        return out if isinstance(out, str) else json.dumps(out)
+        return out if isinstance(out, str) else render_answer(out)  # the form roles answer in
 
     def count(self, role: str) -> int:
         return sum(1 for r, _ in self.calls if r == role)
