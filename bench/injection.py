@@ -38,6 +38,7 @@ so an interrupted run keeps the pairs it finished) and prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import re
@@ -287,6 +288,16 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def adapters_with_short_prompts(adapters: dict[str, str]) -> tuple[str, ...]:
+    """The roles whose adapter manifest says it was trained on the short system prompt."""
+    roles = []
+    for role, path in adapters.items():
+        manifest = Path(path) / "manifest.json"
+        if manifest.is_file() and json.loads(manifest.read_text()).get("system_prompt") == "short":
+            roles.append(role)
+    return tuple(roles)
+
+
 def _outcomes_json(outcomes: dict[str, dict[str, Outcome]]) -> dict[str, Any]:
     return {name: {c: asdict(o) for c, o in by.items()} for name, by in outcomes.items()}
 
@@ -316,13 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     from heart.loop import LoopConfig
     from heart.user_errors import UserError, transformers_backend
 
-    adapters = {}
+    adapters, short_prompts = {}, ()
     if args.adapters is not None:
         adapters = {role: str(args.adapters / role) for role in ROLES}
         missing = [p for p in adapters.values() if not Path(p).is_dir()]
         if missing:
             print(f"error: --adapters {args.adapters}: no adapter folder {', '.join(missing)}", file=sys.stderr)
             return 2
+        short_prompts = adapters_with_short_prompts(adapters)
     model = args.model.removeprefix("hf:")
     try:
         base = RememberingBackend(transformers_backend(model))
@@ -339,16 +351,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = LoopConfig(replan_budget=args.budget, max_clarifications=0, max_plan_steps=args.max_plan_steps,
                         constrained=True)
+    # Adapters trained on a role's short system prompt (context distillation) are served with it.
+    distilled_config = dataclasses.replace(config, short_prompts=short_prompts)
     sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES}
     settings = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                "loop": asdict(config), "pairs_drawn": [asdict(p) for p in pairs]}
+                "loop": asdict(config), "distilled_short_prompts": list(short_prompts), "pairs_drawn": [asdict(p) for p in pairs]}
     with tempfile.TemporaryDirectory() as tmp:
         trace_root = args.traces or Path(tmp)
         systems: dict[str, System] = {}
-        for name, backend in (("heart-base", base), ("heart-distilled", distilled)):
+        for name, backend, loop_config in (("heart-base", base, config),
+                                           ("heart-distilled", distilled, distilled_config)):
             if backend is not None:
                 (trace_root / name).mkdir(parents=True, exist_ok=True)
-                systems[name] = heart_system(backend, config, sampling, trace_root / name)
+                systems[name] = heart_system(backend, loop_config, sampling, trace_root / name)
         systems["single-model"] = baseline_system(base, BaselineConfig(max_calls=args.baseline_calls,
                                                                        max_new_tokens=args.max_new_tokens))
         rows: list[dict[str, Any]] = []

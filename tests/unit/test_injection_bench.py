@@ -155,3 +155,14 @@ def test_remembering_backend_answers_an_identical_call_once():
     for role in ("planner", "planner", "router"):
         backend.generate(role, [{"role": "user", "content": "q"}])
     assert calls == ["planner", "router"] and backend.hits == 1
+
+
+def test_context_distilled_adapters_get_their_short_prompt(tmp_path):
+    from bench.injection import adapters_with_short_prompts
+
+    for role, prompt in (("planner", "short"), ("router", "full")):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / "manifest.json").write_text(json.dumps({"system_prompt": prompt}))
+    (tmp_path / "verifier").mkdir()  # no manifest: the full prompt
+    folders = {r: str(tmp_path / r) for r in ("planner", "router", "verifier")}
+    assert adapters_with_short_prompts(folders) == ("planner",)
