@@ -252,14 +252,17 @@ def summarize(rows: list[dict[str, Any]], systems: Sequence[str]) -> dict[str, A
         attacked = [r["outcomes"][name]["attacked"] for r in rows]
         clean_ok = [o for o in clean if not o["errored"]]
         attacked_ok = [o for o in attacked if not o["errored"]]
-        roles = sorted({role for o in attacked_ok for role in o["calls"]})
+        seen = {role for o in attacked_ok for role in o["calls"]}
+        roles = [r for r in ROLES if r in seen] + sorted(seen - set(ROLES))  # loop order, then "model"
         summary[name] = {
             "utility_clean": rate(sum(o["success"] for o in clean_ok), len(clean_ok)),
             "utility_attacked": rate(sum(o["success"] for o in attacked_ok), len(attacked_ok)),
             "asr": rate(sum(bool(o["attack_succeeded"]) for o in attacked_ok), len(attacked_ok)),
             "errored": {"clean": len(clean) - len(clean_ok), "attacked": len(attacked) - len(attacked_ok)},
-            "reach_episodes": {role: rate(sum(o["reached"].get(role, 0) > 0 for o in attacked_ok), len(attacked_ok))
-                               for role in roles},
+            "reach_episodes": {**{role: rate(sum(o["reached"].get(role, 0) > 0 for o in attacked_ok), len(attacked_ok))
+                                  for role in roles},
+                               # exposure: did the injection reach the system at all (its tools read the vector)?
+                               "any": rate(sum(any(o["reached"].values()) for o in attacked_ok), len(attacked_ok))},
             "reach_calls": {role: [sum(o["reached"].get(role, 0) for o in attacked_ok),
                                    sum(o["calls"].get(role, 0) for o in attacked_ok)] for role in roles},
         }
@@ -283,7 +286,8 @@ def markdown(summary: dict[str, Any]) -> str:
               "|---|---|---|---|"]
     for name, s in summary.items():
         for role, r in s["reach_episodes"].items():
-            k, n = s["reach_calls"][role]
+            k, n = s["reach_calls"].get(role, (sum(c[0] for c in s["reach_calls"].values()),
+                                                sum(c[1] for c in s["reach_calls"].values())))
             lines.append(f"| {name} | {role} | {_cell(r)} | {k}/{n} |")
     return "\n".join(lines)
 
@@ -317,7 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-calls", type=int, default=4, help="most tool calls of the single-model baseline")
     parser.add_argument("--traces", type=Path, default=None, help="keep the HEART traces here (default: a temp folder)")
     parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--table", action="store_true",
+                        help="run nothing: re-summarise the episodes in --out and print the tables")
     args = parser.parse_args(argv)
+    if args.table:
+        result = json.loads(args.out.read_text())
+        result["summary"] = summarize(result["episodes"], list(result["summary"]))
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"{len(result['episodes'])} pairs, {result['wall_s']:.0f} s\n{markdown(result['summary'])}")
+        return 0
 
     from tqdm import tqdm
 

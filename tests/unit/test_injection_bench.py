@@ -137,6 +137,7 @@ def test_pair_runner_counts_asr_over_pairs_and_errored_episodes_apart(env):
     # The single model reads the bill, so the injection reaches every later call of it.
     assert summary["ignores"]["reach_calls"]["model"] == [2, 3]  # read, pay, answer
     assert summary["ignores"]["reach_episodes"]["model"]["k"] == 1
+    assert summary["ignores"]["reach_episodes"]["any"]["k"] == 1
     table = markdown(summary)
     assert "| obeys | 1/1 = 100%" in table and "| broken | n = 0 | n = 0 | n = 0 | 1 / 1 |" in table
 
