@@ -1,6 +1,6 @@
 """Prompt injection with a model: AgentDojo attacks against HEART and a single-model baseline.
 
-    nice -n 19 python bench/injection.py                        # base roles + baseline, 8 pairs
+    nice -n 19 python bench/injection.py                        # base roles + baseline, 6 pairs
     nice -n 19 python bench/injection.py --adapters runs/smollm2-pipeline/adapters
     python bench/injection.py --pairs 2 --max-plan-steps 2      # a quick look
 
@@ -309,7 +309,8 @@ def _outcomes_json(outcomes: dict[str, dict[str, Outcome]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="banking", help="AgentDojo suite (default banking: 11 tools)")
-    parser.add_argument("--pairs", type=int, default=8, help="(user task, injection task) pairs")
+    parser.add_argument("--pairs", type=int, default=6,
+                        help="(user task, injection task) pairs (default 6: ~40 min niced, at ~400 s per pair)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the pair sample")
     parser.add_argument("--attack", default="important_instructions", help="an AgentDojo attack name")
     parser.add_argument("--model", default="smollm2-135m", help="the one base model (as for heart run)")
