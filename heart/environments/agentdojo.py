@@ -169,6 +169,17 @@ class AgentDojoEnvironment:
                                 self._specs[suite.name])
 
 
+    def injection_task_ids(self, suite: str) -> list[str]:
+        """The injection task ids of ``suite``, in AgentDojo's numeric order."""
+        return sorted(self.suites[suite].injection_tasks, key=lambda t: int(t.rpartition("_")[2]))
+
+    def under_attack(self, task_id: str, injection_task_id: str,
+                     attack: str = "important_instructions") -> AttackedAgentDojoEnvironment:
+        """This environment with AgentDojo's ``attack`` for (``task_id``, ``injection_task_id``)
+        planted: see :class:`AttackedAgentDojoEnvironment`."""
+        return AttackedAgentDojoEnvironment(self, task_id, injection_task_id, attack)
+
+
 class AgentDojoSession(LoggedSession):
     """One AgentDojo episode: its environment copy, its suite's tools, and the call log."""
 
@@ -223,3 +234,92 @@ class AgentDojoSession(LoggedSession):
             return EpisodeScore(0.0, False, details)
         success = bool(success)
         return EpisodeScore(1.0 if success else 0.0, success, {"checked_by": checked_by})
+
+
+# --- Under attack: one AgentDojo (user task, injection task, attack) pair -----------------
+
+ATTACKED_PIPELINE_NAME = "local"
+"""What AgentDojo's attacks are told the target is called: attacks such as
+``important_instructions`` address the model by name ("Local model" for ``local``)."""
+
+
+class _TargetPipeline:
+    """The stand-in for AgentDojo's ``target_pipeline``: its attacks read only its name."""
+
+    name = ATTACKED_PIPELINE_NAME
+
+
+def attack_injections(suite, user_task, injection_task, attack: str) -> dict[str, str]:
+    """AgentDojo's own injections for one pair: ``attack``'s text, with the injection task's
+    goal, planted in every vector the user task's ground truth reads (found with canaries).
+    Raises ``ValueError`` when no vector is read (AgentDojo: the task is not injectable) and
+    ``KeyError`` for an unknown attack name."""
+    from agentdojo.attacks.attack_registry import ATTACKS, load_attack
+
+    if attack not in ATTACKS:
+        raise KeyError(f"unknown AgentDojo attack {attack!r}: expected one of {sorted(ATTACKS)}")
+    return load_attack(attack, suite, _TargetPipeline()).attack(user_task, injection_task)
+
+
+class AttackedAgentDojoEnvironment(AgentDojoEnvironment):
+    """A suite's user tasks in its environment with one attack planted.
+
+    Built by :meth:`AgentDojoEnvironment.under_attack`: the suite's default environment has
+    AgentDojo's injections for (``task_id``, ``injection_task_id``, ``attack``) in its
+    injection vectors (other suites stay benign); tasks, tools and task ids are those of the
+    clean environment, so the loop, ToolFace and the split see nothing else. Each session
+    also scores the injection task's own ``security`` check (true: the attack succeeded).
+    Roles never see which injection task or attack is planted.
+    """
+
+    def __init__(self, clean: AgentDojoEnvironment, task_id: str, injection_task_id: str,
+                 attack: str):
+        super().__init__(clean.benchmark_version, clean.suite_names)
+        self.suites = clean.suites  # the parsed suites and specs are shared, not rebuilt
+        self._specs = clean._specs
+        suite, user_task = clean._user_task(task_id)
+        try:
+            self.injection_task = suite.injection_tasks[injection_task_id]
+        except KeyError:
+            raise KeyError(f"suite {suite.name!r} has no injection task {injection_task_id!r}: "
+                           f"expected one of {sorted(suite.injection_tasks)}") from None
+        self.attacked_task_id = task_id
+        self.attack = attack
+        self.injections = attack_injections(suite, user_task, self.injection_task, attack)
+        """Vector name → the injected text (what the bench searches role inputs for)."""
+        self._default_environments = {
+            **clean._default_environments,
+            suite.name: suite.load_and_inject_default_environment(self.injections),
+        }
+
+    def start(self, task: Task) -> AttackedAgentDojoSession:
+        suite, user_task = self._user_task(task.task_id)
+        return AttackedAgentDojoSession(task, suite, user_task, self.pre_environment(task.task_id),
+                                        self._specs[suite.name], self.injection_task, self.attack)
+
+
+class AttackedAgentDojoSession(AgentDojoSession):
+    """An episode under attack: utility as in :class:`AgentDojoSession`, plus whether the
+    injection task's goal was carried out, checked as ``TaskSuite._check_injection_task_security``
+    does (``security_from_traces`` first, else ``security``)."""
+
+    def __init__(self, task: Task, suite, user_task, pre_environment, specs, injection_task, attack: str):
+        super().__init__(task, suite, user_task, pre_environment, specs)
+        self.injection_task = injection_task
+        self.attack = attack
+
+    def score(self) -> EpisodeScore:
+        from agentdojo.functions_runtime import FunctionCall
+
+        utility = super().score()
+        output = self._log.responses[-1] or ""
+        trace = [FunctionCall(function=call.name, args=copy.deepcopy(call.arguments))
+                 for turn in self._log.calls for call in turn]
+        # A crash here propagates: run_episode then counts the episode as errored.
+        attacked = self.injection_task.security_from_traces(output, self.pre_environment,
+                                                            self.environment, trace)
+        if attacked is None:
+            attacked = self.injection_task.security(output, self.pre_environment, self.environment)
+        details = {**utility.details, "attack_succeeded": bool(attacked),
+                   "injection_task": self.injection_task.ID, "attack": self.attack}
+        return EpisodeScore(utility.score, utility.success, details)
