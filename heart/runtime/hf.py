@@ -40,6 +40,13 @@ from heart.runtime.base import Generation, GenerationRequest, Message, SamplingC
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in ``generate(..., adapter_names=[...])``."""
 
+KV_CACHES = ("auto", "static", "dynamic")
+"""KV cache of ``generate``. "static" preallocates prompt + max_new_tokens per batch: the
+default "dynamic" cache grows each layer's keys and values with ``torch.cat`` every step,
+which copies the whole cache — measured on the 2-core CPU at batch 8 with ~700-token
+prompts, half of a decoding step's time; the static cache made steps ~30% faster with the
+same greedy tokens. "auto": static on CPU, dynamic on CUDA."""
+
 QUANTIZE = (None, "int8")
 """Base-weight formats: None keeps the loaded dtype; "int8" is dynamic int8 on CPU."""
 
@@ -95,9 +102,12 @@ class TransformersBackend:
         max_batch_size: int = 8,
         quantize: str | None = None,
         max_adapter_rank: int = MAX_SERVING_RANK,
+        kv_cache: str = "auto",
     ):
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+        if kv_cache not in KV_CACHES:
+            raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
         self.enable_thinking = enable_thinking
         self.max_batch_size = max_batch_size
@@ -151,6 +161,7 @@ class TransformersBackend:
                 raise ValueError(f"quantize='int8' is a CPU path (dynamic int8 linears); device is {self.device}")
             quantize_linears_int8(self.model)
             self.name += "+int8"
+        self.kv_cache = ("static" if self.device.type == "cpu" else "dynamic") if kv_cache == "auto" else kv_cache
         self._grammar_compiler = None
         self._grammars: dict[str, object] = {}
         self.model.eval()
@@ -315,6 +326,7 @@ class TransformersBackend:
             max_new_tokens=sampling.max_new_tokens,
             eos_token_id=self.stop_token_ids,
             pad_token_id=self.tokenizer.pad_token_id,
+            cache_implementation=self.kv_cache,
         )
         if sampling.temperature == 0:
             return GenerationConfig(do_sample=False, **common)
