@@ -57,7 +57,7 @@ SCHEMA_FAULTS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_refe
 SEMANTIC_FAULTS = ("semantic_value",)
 """Faults that bind and may execute cleanly, but with a plausible wrong value."""
 FAULT_KINDS = SCHEMA_FAULTS + SEMANTIC_FAULTS
-SEMANTIC_SHARE = 0.75
+SEMANTIC_SHARE = 0.85
 """Share of injected faults that are semantic."""
 
 _QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
