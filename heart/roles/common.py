@@ -49,10 +49,15 @@ def role_input(messages: list[dict[str, str]]) -> dict[str, Any]:
     return read_input(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
 
 
-ANSWER_SEPARATORS = (",", ":")
+ANSWER_SEPARATORS = (", ", ": ")
 """How answers are written: teachers render with them, the serving grammar
-(:mod:`heart.runtime.hf`) enforces them, prefills and system prompts show them. Compact,
-like inputs: every separator space is a token a student must learn to produce."""
+(:mod:`heart.runtime.hf`) enforces them, prefills and system prompts show them. Inputs are
+compact, answers keep ``json.dumps``' default spacing. Two whole SmolLM2 pipeline runs on
+the same held-out tasks, before and after compacting inputs *and* answers: the distilled
+Router fell from 25% to 7% binding EM (unparseable answers 6% → 69%: nested bindings until
+the token budget) and the Planner from 37.5% to 12.5% tool-sequence EM. Of those changes,
+the separators are the one that alters what a student must *generate*, in a form the base
+model rarely saw in pre-training; they cost a Planner answer ~15 tokens."""
 
 
 def render_answer(answer: dict[str, Any]) -> str:

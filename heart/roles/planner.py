@@ -11,8 +11,9 @@ Departures from D.1's format, for size (issue 8: every input token is paid on ev
 training example and every call): the conversation is the last turn only, its query and
 response clipped; a tool's description is its first words (≤ :data:`DESCRIPTION_CHARS`),
 empty when it only restates the name; executed steps are step, tool and status (a SUCCESS
-with a short summary; a failure's cause is in the feedback, kept whole). Answers are
-compact JSON (``ANSWER_SEPARATORS``), as the serving grammar enforces.
+with a short summary; a failure's cause is in the feedback, kept whole). Inputs are compact
+JSON; answers keep ``json.dumps``' spacing (``ANSWER_SEPARATORS`` says why), as the serving
+grammar enforces.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ ROLE = "planner"
 
 SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the query's intent: task, objective, tool categories, user constraints. If a detail is missing that no tool can find, answer INSUFFICIENT with one question (not if "may_ask" is false). Else plan the fewest steps 1..n (at most "max_steps", default 10; none if no tool fits), each with one tool of "available_tools" (category → name → description): exact "tool_hint", its category, a one-sentence objective, the earlier steps it needs as "dependencies". Given "feedback": fix all of it, "replanned": true, and do not redo SUCCESS steps of "executed_so_far".
 JSON only (INSUFFICIENT: "clarification":"" instead of "plan"):
-{"status":"SUFFICIENT","intent":{"task":"","objective":"","tool_categories":[],"constraints":[]},"plan":[{"step":1,"tool_category":"","tool_hint":"","objective":"","dependencies":[]}],"replanned":false}"""
+{"status": "SUFFICIENT", "intent": {"task": "", "objective": "", "tool_categories": [], "constraints": []}, "plan": [{"step": 1, "tool_category": "", "tool_hint": "", "objective": "", "dependencies": []}], "replanned": false}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
 
-RESPONSE_PREFIX = '{"status":"'
+RESPONSE_PREFIX = '{"status": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 

@@ -25,12 +25,12 @@ Rules:
 - Leave out optional parameters the request does not mention.
 - If the request cannot be satisfied with this tool's schema, say so.
 Answer with one JSON object and nothing else, in one of these forms:
-{"tool":"<tool name>","arguments":{"<parameter>":<value>}}
-{"status":"UNRESOLVABLE","tool":"<tool name>","reason":"..."}"""
+{"tool": "<tool name>", "arguments": {"<parameter>": <value>}}
+{"status": "UNRESOLVABLE", "tool": "<tool name>", "reason": "..."}"""
 
 SHORT_SYSTEM_PROMPT = "You are a HEART Tool Primitive. Answer with the arguments JSON."
 
-RESPONSE_PREFIX = '{"tool":"'
+RESPONSE_PREFIX = '{"tool": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 

@@ -24,11 +24,11 @@ Given the user's query, the clarifications, the conversation so far, earlier res
 - "resolved_bindings": a value for every required parameter of the tool (and the optional ones the request needs). Take each value from the context; if it will come from an earlier step's result, write "$step_<j>.<field>" (for example "$step_1.result.file_content"). Never invent a value that is not grounded in the context. Resolve a value shared by several steps once and reuse it;
 - "h_params": {"retry": attempts 1-5, "priority": "low", "normal" or "high" (among ready steps, higher runs first), "timeout_s": integer seconds, default 30}.
 Answer with one JSON object and nothing else:
-{"status":"READY","dispatch":[{"step":1,"target_tool":"...","invocation_request":"...","resolved_bindings":{},"h_params":{"retry":1,"priority":"normal","timeout_s":30}}]}"""
+{"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Router. Answer with the dispatch JSON."
 
-RESPONSE_PREFIX = '{"status":"READY","dispatch":['
+RESPONSE_PREFIX = '{"status": "READY", "dispatch": ['
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 

@@ -28,11 +28,11 @@ SYSTEM_PROMPT = """You are the Verifier of a tool-using assistant. Judge the exe
 - constraint_satisfaction: the user's constraints and preferences (names, amounts, dates, recipients, limits), rate limits, access permissions and business rules are respected.
 PASS only if all four pass; then "feedback" is "". On FAIL, "feedback" lists every failed criterion, root cause first: the step, the argument, what the user asked for and what was used, and what to do instead. Never speculate beyond the evidence in the input.
 Answer with one JSON object and nothing else:
-{"status":"PASS" or "FAIL","step":<step number>,"criteria":{"task_completion":"pass","argument_consistency":"pass","execution_validity":"pass","constraint_satisfaction":"pass"},"feedback":""}"""
+{"status": "PASS" or "FAIL", "step": <step number>, "criteria": {"task_completion": "pass", "argument_consistency": "pass", "execution_validity": "pass", "constraint_satisfaction": "pass"}, "feedback": ""}"""
 
 SHORT_SYSTEM_PROMPT = "You are the HEART Verifier. Answer with the verdict JSON."
 
-RESPONSE_PREFIX = '{"status":"'
+RESPONSE_PREFIX = '{"status": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
