@@ -51,6 +51,8 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eval.stats import wilson  # noqa: E402  (after the path insert)
+
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig  # noqa: E402
 
 ROLES = ("planner", "router", "primitive", "verifier")
@@ -59,14 +61,6 @@ RESULT = Path(__file__).with_suffix(".json")
 
 # --- statistics ---------------------------------------------------------------------------
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of k successes in n trials ((0, 1) when n is 0)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def rate(k: int, n: int) -> dict[str, Any]:

@@ -79,6 +79,16 @@ def bootstrap(
     return Estimate(value, float(low), float(high), n)
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of k successes in n trials ((0, 1) when n is 0)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 def safe_ratio(numerator: float, denominator: float, empty: float = 1.0) -> float:
     """numerator / denominator, or ``empty`` when there is nothing to divide (0 / 0)."""
     if denominator == 0:
