@@ -55,9 +55,9 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
         except RecipeError as err:
             print(f"train.launch: {role}: {err}", file=sys.stderr)
             return 2
-    commands = {role: role_command(spec["roles"][role], spec["accelerate_config"], overrides) for role in chosen}
     devices = _device_count() if parallel else 0
     if parallel and devices >= 2:
+        commands = {role: role_command(spec["roles"][role], spec["accelerate_config"], overrides) for role in chosen}
         running = []
         for index, (role, command) in enumerate(commands.items()):  # one GPU per role, in waves
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index % devices)}
