@@ -12,9 +12,12 @@ The gold teacher writes only what a role could derive from its own input plus th
 calls (issue 8), in the formats of HEART Appendix D:
 
 - **Planner**: plans only with tools in ``available_tools``. When a gold tool of the turn
-  was not retrieved, it does not plan with the unseen tool: it answers an empty plan (the
-  prompt's rule for "no available tool serves the request") and records the miss as
-  ``retrieval_miss`` in the event's ``extra``; the turn then fails at the checker, honestly.
+  was not retrieved, it plans the gold calls before it (none, if the first gold tool is
+  missing: the prompt's rule for "no available tool serves the request") and records the
+  miss as ``retrieval_miss`` in the event's ``extra``. The Verifier then fails the plan's
+  last step on ``task_completion`` and names what is still to do; the loop's re-plan adds
+  tools retrieved for that feedback (``LoopConfig.replan_tools``), so the missing tool can
+  come into view the way it would for any agent, never from the answer key.
 - **Router**: binds a gold value literally only when it occurs in the Router's input;
   otherwise it refers to the result of the previous plan step (``$step_j.result``), from
   which the Primitive (which sees that result) takes the value. A value that is in neither
@@ -237,11 +240,12 @@ class GoldTeacher:
         remaining = self.task.gold[turn][state.consumed:]
         missing = sorted({c.name for c in remaining if c.name not in shown})
         meta: dict[str, Any] = {}
-        if missing:  # never plan with a tool the Planner was not shown
-            state.plan_calls = []
+        visible = list(remaining)
+        if missing:  # never plan with a tool the Planner was not shown: plan the calls before it
+            visible = visible[:next(i for i, c in enumerate(remaining) if c.name not in shown)]
             meta["retrieval_miss"] = missing
-        else:  # a plan longer than the input allows is cut: the checker then judges it
-            state.plan_calls = list(remaining)[:p.get("max_steps", planner.DEFAULT_MAX_STEPS)]
+        # a plan longer than the input allows is cut; the Verifier says what is left
+        state.plan_calls = visible[:p.get("max_steps", planner.DEFAULT_MAX_STEPS)]
         text = json.dumps(p, ensure_ascii=False)
         query = " ".join(p["user_query"].split())
         plan = []
@@ -258,8 +262,10 @@ class GoldTeacher:
                         and str(value).strip() and str(value) in query:
                     constraints.append(clip_words(f"{name}: {value}", planner.CONSTRAINT_CHARS))
         intent = {
+            # the user's task (what is left of it), also when no shown tool serves it: the
+            # loop then searches for more tools with this phrase
             "task": clip_words(", ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS)
-                                                       or c.name for c in state.plan_calls))
+                                                       or c.name for c in remaining))
                                or "answer without tools", TASK_CHARS),
             "objective": clip_words(_request_sentence(query), OBJECTIVE_CHARS),
             "tool_categories": sorted({s["tool_category"] for s in plan}),
@@ -421,6 +427,20 @@ class GoldTeacher:
                 break
             passed_prefix += 1
         state.consumed += passed_prefix
+        left = self.task.gold[state.turn][state.consumed:]
+        last = bool(steps) and max(e["step"] for e in steps) == len(state.plan_calls)
+        if failing is None and last and left:
+            # every planned call ran as asked, yet the turn's request needs more (a tool that
+            # was not shown, or a plan cut at max_steps): task_completion fails, and the
+            # feedback names what is left by the tools' purposes, which the re-plan searches for
+            entry = max(steps, key=lambda e: e["step"])
+            todo = "; ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS) or c.name
+                                           for c in left))
+            feedback = clip_words(f"Step {entry['step']} ({entry['tool']}) ran as asked, but the request is not "
+                                  f"done (task_completion). Re-plan what is left: {todo}.", verifier.FEEDBACK_CHARS)
+            criteria = {**dict.fromkeys(verifier.CRITERIA, "pass"), "task_completion": "fail"}
+            return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
+                    {"fault_kind": "incomplete"})
         if failing is None:
             step = steps[-1]["step"] if steps else 0
             return ({"status": "PASS", "step": step, "criteria": dict.fromkeys(verifier.CRITERIA, "pass"),

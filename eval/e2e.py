@@ -7,8 +7,9 @@
 Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's own checker
 (BFCL's multi-turn checker, BFCL's AST checker for the single-turn categories via
 :mod:`eval.bfcl_ast`, AgentDojo's utility check). Episodes run concurrently in threads, so
-a batching or remote backend serves several at once; an in-process transformers model is
-not thread-safe and answers one call at a time.
+a remote backend serves several at once, and an in-process transformers model sits behind
+the batching scheduler (:class:`heart.runtime.scheduler.BatchingBackend`), which serves the
+episodes' pending role calls as one mixed-role batch.
 
 An episode is *errored* — infrastructure, not the model — when it raises, when its record
 says so (``EpisodeRecord.errored``), when a role call failed inside the backend (the loop
@@ -23,6 +24,7 @@ calls, wall time) and ``<out>/trace.jsonl`` (every role call).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -40,7 +42,8 @@ from eval.bfcl_ast import AST_CATEGORIES
 from eval.formats import ROLES
 from eval.models import RoleModels, resolve_role_models, shared_backend
 from eval.stats import bootstrap, pass_hat_k
-from heart.runtime.base import Backend, Generation, GenerationRequest, Message, SamplingConfig
+from heart.runtime.base import Backend, SamplingConfig
+from heart.runtime.scheduler import BatchingBackend
 
 RESULTS = "e2e.json"
 EPISODES = "episodes.jsonl"
@@ -82,23 +85,6 @@ class E2EConfig:
     constrained: bool = True
     seed: int = 0
     """Seed of the bootstrap."""
-
-
-class SerializedBackend:
-    """A lock around a backend that must not serve two threads at once (an in-process model)."""
-
-    def __init__(self, backend: Backend):
-        self.backend = backend
-        self.name = backend.name
-        self._lock = threading.Lock()
-
-    def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
-        with self._lock:
-            return self.backend.generate(role, messages, sampling)
-
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        with self._lock:
-            return self.backend.generate_batch(requests)
 
 
 class EpisodeEvents:
@@ -184,8 +170,9 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
         task = environment.load_task(task_id)
         if backend is None:  # the gold teacher answers from this task's gold calls
             backend = teacher_for_task(task, environment, seed)
-        result = run_episode(environment, task, backend, config=loop_config, trace=events, seed=seed,
-                             sampling=sampling)
+        with backend.client() if isinstance(backend, BatchingBackend) else contextlib.nullcontext():
+            result = run_episode(environment, task, backend, config=loop_config, trace=events, seed=seed,
+                                 sampling=sampling)
     except Exception as err:  # infrastructure (out of memory, a crashed server, a broken tool env)
         error = f"{type(err).__name__}: {err}"[:500]
         return episode_row(task_id, seed, events.rows, None, time.perf_counter() - start, error), events.rows
@@ -243,7 +230,10 @@ def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | Non
         backend = shared_backend(models)
         in_process = models.teacher is None or models.teacher.startswith("hf:")
         if backend is not None and in_process:
-            backend = SerializedBackend(backend)
+            # concurrent episodes share the one in-process model through the scheduler, which
+            # serves their pending role calls as one batch (decoding is memory-bound: a batch
+            # of 2-4 costs little more per step than one call)
+            backend = BatchingBackend(backend, max_batch_size=max(1, config.concurrency))
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(task_id, seed) for seed in config.seeds for task_id in task_ids]

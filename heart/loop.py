@@ -35,6 +35,14 @@ Where it departs from the paper, and why:
   input says ``may_ask: false`` and its schema no longer allows a question.
 - **Malformed outputs.** A role answer that does not parse ends the attempt like a FAIL,
   with the parse error as feedback (the paper assumes well-formed answers).
+- **Re-plans look for more tools.** Algorithm 1 retrieves ``T_q`` once per query. Here a
+  re-plan's input also shows up to ``LoopConfig.replan_tools`` (default 3) further tools,
+  retrieved for the latest feedback. Some needs only show up once a step has run — "do the
+  actions in the email" needs ``append_to_file`` only after the email is read — and a
+  task with more tools than the Planner is shown cannot get its last ones any other way.
+  The shown list only grows, so every tool of the plan being repaired stays in view. For
+  the same reason a first empty plan ("no shown tool serves this") is re-planned once,
+  with tools retrieved for the Planner's own statement of the task.
 - **Whole-attempt variant.** ``LoopConfig.verify = "attempt"`` keeps the earlier design for
   comparison: all steps run (dependency-aware), then one Verifier call judges the attempt.
 """
@@ -90,6 +98,9 @@ class LoopConfig:
     ToolFace's own setting (top 7, their companions, filled up to 9: ``RetrievalConfig``)."""
     max_plan_steps: int = 10
     """Longest plan the Planner may write."""
+    replan_tools: int = 3
+    """Tools a re-plan adds to the Planner's list, retrieved for the latest feedback (0: the
+    paper's one retrieval per query)."""
     verify: Literal["step", "attempt"] = "step"
     """"step": Algorithm 1, one Verifier call per executed step, right after it runs;
     "attempt": all steps run, then one Verifier call judges the whole attempt."""
@@ -105,7 +116,7 @@ class LoopConfig:
         if self.verify not in ("step", "attempt"):
             raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
         if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 \
-                or (self.retrieve_k is not None and self.retrieve_k < 1):
+                or self.replan_tools < 0 or (self.retrieve_k is not None and self.retrieve_k < 1):
             raise ValueError(f"invalid LoopConfig: {self}")
 
 
@@ -156,18 +167,19 @@ class HeartLoop:
         conversation = conversation or []
         # T_q ← T.retrieve(q): names, one-line descriptions and categories, never schemas
         # (the full description: the Planner's input shows each tool's own first sentence)
-        tools = [{"name": t.name, "description": self.toolface.get(t.name).spec.description, "category": t.category}
-                 for t in self.toolface.retrieve(query, self.config.retrieve_k)]
+        tools = self._listed(self.toolface.retrieve(query, self.config.retrieve_k))
         clarifications: list[dict[str, str]] = []
         executed: list[dict[str, Any]] = []
         feedback: list[str] = []  # C: every feedback of the turn stays in context
         attempts: list[Attempt] = []
+        looked_further = False  # an empty plan has been re-planned with more tools
 
         for b in range(self.config.replan_budget + 1):  # the first plan, then ≤ B re-plans
             attempt = Attempt(b)
             attempts.append(attempt)
             if b > 0:
                 self.observe("replan", {"attempt": b, "feedback": list(feedback)})
+                tools = self.more_tools(tools, feedback[-1])
             context = {"query": query, "tools": tools, "conversation": conversation,
                        "clarifications": clarifications, "executed": executed, "feedback": feedback}
 
@@ -185,6 +197,12 @@ class HeartLoop:
                 continue
             attempt.plan = plan
             if not plan.plan:  # nothing any available tool can do: no step to verify
+                if self.config.replan_tools and b < self.config.replan_budget and not looked_further:
+                    looked_further = True  # once per turn: search for the task the Planner stated
+                    attempt.verdict = "FAIL"
+                    attempt.feedback = f"No shown tool serves this ({plan.intent.task}); more tools are shown."
+                    feedback.append(attempt.feedback)
+                    continue
                 attempt.verdict = "PASS"
                 return TurnResult("PASS", NO_TOOL_RESPONSE, attempts, clarifications)
 
@@ -204,6 +222,19 @@ class HeartLoop:
             feedback.append(attempt.feedback)
 
         return TurnResult("FAIL", self.failure_report(attempts), attempts, clarifications)  # budget spent
+
+    def _listed(self, retrieved) -> list[dict[str, str]]:
+        return [{"name": t.name, "description": self.toolface.get(t.name).spec.description, "category": t.category}
+                for t in retrieved]
+
+    def more_tools(self, tools: list[dict[str, str]], feedback: str) -> list[dict[str, str]]:
+        """The re-plan's tool list: every tool shown so far, then up to ``replan_tools`` more
+        that ToolFace retrieves for the feedback (see the module docstring)."""
+        if not self.config.replan_tools or not feedback:
+            return tools
+        shown = {t["name"] for t in tools}
+        extra = [t for t in self.toolface.retrieve(feedback) if t.name not in shown]
+        return tools + self._listed(extra[:self.config.replan_tools])
 
     def run_steps(self, context: dict[str, Any], attempt: Attempt) -> None:
         """Run the attempt's steps in dependency + priority order, verifying as configured;

@@ -31,7 +31,7 @@ SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the qu
 JSON only (INSUFFICIENT: "clarification":"" instead of "plan"):
 {"status": "SUFFICIENT", "intent": {"task": "", "objective": "", "tool_categories": [], "constraints": []}, "plan": [{"step": 1, "tool_category": "", "tool_hint": "", "objective": "", "dependencies": []}], "replanned": false}"""
 
-SHORT_SYSTEM_PROMPT = "You are the HEART Planner. Answer with the plan JSON."
+SHORT_SYSTEM_PROMPT = "HEART Planner."
 
 RESPONSE_PREFIX = '{"status": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models

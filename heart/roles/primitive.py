@@ -28,7 +28,7 @@ Answer with one JSON object and nothing else, in one of these forms:
 {"tool": "<tool name>", "arguments": {"<parameter>": <value>}}
 {"status": "UNRESOLVABLE", "tool": "<tool name>", "reason": "..."}"""
 
-SHORT_SYSTEM_PROMPT = "You are a HEART Tool Primitive. Answer with the arguments JSON."
+SHORT_SYSTEM_PROMPT = "HEART Tool Primitive."
 
 RESPONSE_PREFIX = '{"tool": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models

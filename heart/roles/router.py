@@ -26,7 +26,7 @@ Given the user's query, the clarifications, the conversation so far, earlier res
 Answer with one JSON object and nothing else:
 {"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
 
-SHORT_SYSTEM_PROMPT = "You are the HEART Router. Answer with the dispatch JSON."
+SHORT_SYSTEM_PROMPT = "HEART Router."
 
 RESPONSE_PREFIX = '{"status": "READY", "dispatch": ['
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models

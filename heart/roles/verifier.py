@@ -30,7 +30,7 @@ PASS only if all four pass; then "feedback" is "". On FAIL, "feedback" lists eve
 Answer with one JSON object and nothing else:
 {"status": "PASS" or "FAIL", "step": <step number>, "criteria": {"task_completion": "pass", "argument_consistency": "pass", "execution_validity": "pass", "constraint_satisfaction": "pass"}, "feedback": ""}"""
 
-SHORT_SYSTEM_PROMPT = "You are the HEART Verifier. Answer with the verdict JSON."
+SHORT_SYSTEM_PROMPT = "HEART Verifier."
 
 RESPONSE_PREFIX = '{"status": "'
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models

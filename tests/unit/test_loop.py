@@ -134,6 +134,28 @@ def test_a_step_fail_stops_the_attempt_and_the_replan_sees_every_feedback(world)
     assert "3 attempt(s)" in result.response and "first problem" in result.response
 
 
+def test_a_replan_adds_tools_retrieved_for_the_feedback_and_keeps_those_shown(tmp_path):
+    from heart.toolface import RetrievalConfig
+
+    one = RetrievalConfig(k=1, min_shown=1, expand_companions=False)
+    toolface = ToolFace(Files().tools(), cache_dir=tmp_path / "cache", embedder=HashingEmbedder(), config=one)
+    script = Script(planner=[lambda p: plan(("ls", "list"), replanned=bool(p.get("feedback")))],
+                    router=[dispatch(("ls", {}))], primitive=[echo_bindings],
+                    verifier=[fail("ls ran; now create an empty file with touch"), PASS])
+    loop, _ = make_loop(script, toolface, tmp_path / "t.jsonl", replan_budget=1, replan_tools=1)
+    loop.solve("list the files")
+    shown = [[name for tools in p["available_tools"].values() for name in tools]
+             for role, p in script.calls if role == "planner"]
+    assert shown == [["ls"], ["ls", "touch"]]
+
+    script = Script(planner=[lambda p: plan(("ls", "list"), replanned=bool(p.get("feedback")))],
+                    router=[dispatch(("ls", {}))], primitive=[echo_bindings],
+                    verifier=[fail("ls ran; now create an empty file with touch"), PASS])
+    loop, _ = make_loop(script, toolface, tmp_path / "u.jsonl", replan_budget=1, replan_tools=0)
+    loop.solve("list the files")  # replan_tools=0: the paper's single retrieval
+    assert [len(p["available_tools"][""]) for role, p in script.calls if role == "planner"] == [1, 1]
+
+
 def test_the_planner_schema_demands_replanned_on_a_replan(world):
     from heart.roles import planner
 
