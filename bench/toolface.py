@@ -27,6 +27,14 @@ Three parts, each measured in this one run:
    index build time, index memory, top-5 latency (dense search alone, and the whole
    hybrid retrieval with the query already embedded) for exact ``IndexFlatIP`` and HNSW,
    and HNSW's recall@5 against exact search. Query embedding time is reported apart.
+4. **In the loop** (``--loop``): every task's gold-teacher episode (no faults) through
+   the per-step loop, whose re-plans add tools retrieved for the feedback
+   (``LoopConfig.replan_tools``); per turn with gold calls, whether all its gold tools were
+   shown to the Planner on its first call (the default above, as the loop sees it) and by
+   its last call of the turn, and how many tools each Planner call was shown. The
+   re-plans here are driven by the gold Verifier's feedback, which names what is left of
+   the request, so this is what the loop can find when its Verifier says that, not what a
+   given model's Verifier will say.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from heart.catalog import (  # noqa: E402
     tool_statistics,
 )
 from heart.environments import load_environment, split_of  # noqa: E402
+from heart.roles.common import role_input  # noqa: E402
 from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec  # noqa: E402
 
 DENSE = RetrievalConfig(dense_weight=1.0, expand_companions=False, min_shown=0, collapse_variants=False)
@@ -165,6 +174,55 @@ def print_sessions(results: dict[str, dict]) -> None:
             s = r[split]
             cells = [fmt(s[f"{m} recall@{k}"]) for m in ("dense", "hybrid") for k in (1, 5, 10)]
             print(f"| {env} | {split} | " + " | ".join(cells) + " |")
+
+
+def measure_loop(env_name: str, limit: int | None, n_boot: int) -> dict:
+    from data.teachers import GoldTeacher
+    from heart.episode import run_episode
+    from heart.traces import TraceWriter, read_trace
+
+    env = load_environment(env_name)
+    rows: dict[str, dict[str, list[list[float]]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for task_id in env.task_ids()[:limit]:
+            task = env.load_task(task_id)
+            path = Path(tmp) / "trace.jsonl"
+            with TraceWriter(path, fsync=False) as trace:
+                run_episode(env, task, GoldTeacher(task, env.catalog()), trace=trace)
+            planners = [r for r in read_trace(path) if r["kind"] == "event" and r["role"] == "planner"]
+            path.unlink()
+            values: dict[str, list[float]] = {"first": [], "last": [], "shown": [], "calls": []}
+            for turn, gold in enumerate(task.gold or []):
+                names = {c.name for c in gold}
+                shown = [{name for tools in role_input(r["messages"])["available_tools"].values() for name in tools}
+                         for r in planners if r["turn"] == turn]
+                if not names or not shown:
+                    continue
+                values["first"].append(float(names <= shown[0]))
+                values["last"].append(float(names <= set().union(*shown)))
+                values["shown"] += [float(len(s)) for s in shown]
+                values["calls"].append(float(len(shown)))
+            split = split_of(env_name, task_id)
+            for s in ("all", split, "held-out" if split != "train" else None):
+                if s is not None:
+                    for key, v in values.items():
+                        if v:
+                            rows.setdefault(s, {}).setdefault(key, []).append(v)
+    return {split: {key: bootstrap(v, n_boot) for key, v in by_key.items()} | {"turns": sum(map(len, by_key["first"]))}
+            for split, by_key in rows.items()}
+
+
+def print_loop(results: dict[str, dict]) -> None:
+    print("\n## In the loop: all gold tools of a turn shown to the Planner (gold teacher, 95% bootstrap over tasks)\n")
+    print("| environment | split | turns | first Planner call | **by the turn's last Planner call** "
+          "| tools shown per Planner call (mean) | Planner calls per turn (mean) |")
+    print("|---|---|---|---|---|---|---|")
+    for env, r in results.items():
+        for split in ("all", "train", "dev", "test", "held-out"):
+            if split in r:
+                s = r[split]
+                print(f"| {env} | {split} | {s['turns']} | {fmt(s['first'])} | **{fmt(s['last'])}** "
+                      f"| {s['shown'][0]:.1f} | {s['calls'][0]:.2f} |")
 
 
 # -- 2. single-turn against the central catalog ---------------------------------------------
@@ -332,6 +390,7 @@ def main() -> None:
     parser.add_argument("--skip-sessions", action="store_true")
     parser.add_argument("--skip-single-turn", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--loop", action="store_true", help="also measure what the loop shows (gold teacher)")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
 
@@ -340,6 +399,9 @@ def main() -> None:
         report["sessions"] = {env: measure_sessions(env, args.limit, args.bootstrap)
                               for env in ("bfcl", "agentdojo")}
         print_sessions(report["sessions"])
+    if args.loop:
+        report["loop"] = {env: measure_loop(env, args.limit, args.bootstrap) for env in ("bfcl", "agentdojo")}
+        print_loop(report["loop"])
     if not args.skip_single_turn:
         report["single_turn"] = measure_single_turn(args.bootstrap, None if args.limit is None else args.limit * 10)
         print_single_turn(report["single_turn"])

@@ -108,7 +108,7 @@ STEP_OBJECTIVE_CHARS = 48
 PURPOSE_CHARS = 40
 """A tool's purpose inside an objective or request: its description's first words."""
 MAX_CONSTRAINTS = 2
-DETAILS_CHARS = 60
+DETAILS_CHARS = 40
 """A failure's details quoted in Verifier feedback."""
 """The teacher writes intents shorter than the schema allows: every token of an answer is
 one the student must learn to produce."""
@@ -397,8 +397,7 @@ class GoldTeacher:
         if changed:
             k = changed[0]
             criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
-            reasons.append(f"{k} was {_value_text(used[k])} but the request asked for "
-                           f"{_value_text(asked[k])} (argument_consistency, constraint_satisfaction)")
+            reasons.append(f"{k} was {_value_text(used[k])} but the request asked for {_value_text(asked[k])}")
         if status != "SUCCESS":
             criteria.update(execution_validity="fail", task_completion="fail")
             kind = envelope.get("failure_type") or status
@@ -406,14 +405,12 @@ class GoldTeacher:
                 criteria["argument_consistency"] = "fail"
             if kind == "CONSTRAINT_VIOLATION":
                 criteria["constraint_satisfaction"] = "fail"
-            failed = [c for c in ("execution_validity", "argument_consistency", "constraint_satisfaction")
-                      if criteria[c] == "fail" and not (changed and c != "execution_validity")]
-            reasons.append(f"failed with {kind}: {clip_words(envelope.get('details', ''), DETAILS_CHARS)} "
-                           f"({', '.join(failed)})")
+            # the criteria say which checks failed; the feedback says what happened
+            reasons.append(f"failed with {kind}: {clip_words(envelope.get('details', ''), DETAILS_CHARS)}")
         advice = (f"call {tool} with {changed[0]} as asked" if changed
                   else f"call {tool} with arguments its schema accepts")
         feedback = clip_words(f"Step {step} ({tool}): " + "; ".join(reasons)
-                              + f"; objective not met (task_completion). Re-plan: {advice}.", verifier.FEEDBACK_CHARS)
+                              + f". Re-plan: {advice}.", verifier.FEEDBACK_CHARS)
         return criteria, feedback, fault or "unlabelled"
 
     def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:
@@ -436,8 +433,8 @@ class GoldTeacher:
             entry = max(steps, key=lambda e: e["step"])
             todo = "; ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS) or c.name
                                            for c in left))
-            feedback = clip_words(f"Step {entry['step']} ({entry['tool']}) ran as asked, but the request is not "
-                                  f"done (task_completion). Re-plan what is left: {todo}.", verifier.FEEDBACK_CHARS)
+            feedback = clip_words(f"Step {entry['step']} ({entry['tool']}) ran as asked; the request is not done. "
+                                  f"Still to do: {todo}.", verifier.FEEDBACK_CHARS)
             criteria = {**dict.fromkeys(verifier.CRITERIA, "pass"), "task_completion": "fail"}
             return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
                     {"fault_kind": "incomplete"})

@@ -35,9 +35,10 @@ Where it departs from the paper, and why:
   input says ``may_ask: false`` and its schema no longer allows a question.
 - **Malformed outputs.** A role answer that does not parse ends the attempt like a FAIL,
   with the parse error as feedback (the paper assumes well-formed answers).
-- **Re-plans look for more tools.** Algorithm 1 retrieves ``T_q`` once per query. Here a
-  re-plan's input also shows up to ``LoopConfig.replan_tools`` (default 3) further tools,
-  retrieved for the latest feedback. Some needs only show up once a step has run — "do the
+- **Re-plans look for more tools.** Algorithm 1 retrieves ``T_q`` once per query. Here,
+  when the Verifier's only complaint is that the request is not done (``task_completion``
+  alone: every step ran as asked), the re-plan's input also shows up to
+  ``LoopConfig.replan_tools`` (default 3) further tools, retrieved for that feedback. Some needs only show up once a step has run — "do the
   actions in the email" needs ``append_to_file`` only after the email is read — and a
   task with more tools than the Planner is shown cannot get its last ones any other way.
   The shown list only grows, so every tool of the plan being repaired stays in view. For
@@ -151,6 +152,16 @@ def _quiet(kind: str, payload: dict[str, Any]) -> None:
     pass
 
 
+def looks_further(attempt: Attempt) -> bool:
+    """Whether the re-plan after ``attempt`` searches for more tools: its plan was empty,
+    or its Verifier failed it on ``task_completion`` alone (every step ran as asked, the
+    request needs more), not on how a step was called."""
+    if attempt.plan is not None and not attempt.plan.plan:
+        return True
+    failed = [v for v in attempt.verdicts.values() if v.status == "FAIL"]
+    return bool(failed) and failed[-1].criteria.failed() == ["task_completion"]
+
+
 class HeartLoop:
     """Runs Algorithm 1 for one turn over a ToolFace, a role client and the user."""
 
@@ -179,7 +190,8 @@ class HeartLoop:
             attempts.append(attempt)
             if b > 0:
                 self.observe("replan", {"attempt": b, "feedback": list(feedback)})
-                tools = self.more_tools(tools, feedback[-1])
+                if looks_further(attempts[-2]):
+                    tools = self.more_tools(tools, feedback[-1])
             context = {"query": query, "tools": tools, "conversation": conversation,
                        "clarifications": clarifications, "executed": executed, "feedback": feedback}
 

@@ -169,8 +169,11 @@ def build_payload(
 def executed_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """An executed step as the Planner sees it: which step ran which tool, and how it ended."""
     row = {"step": entry["step"], "tool": entry["tool"], "status": entry["status"]}
-    if entry["status"] == "SUCCESS" and entry.get("summary"):
-        row["summary"] = clip_words(entry["summary"], EXECUTED_SUMMARY_CHARS)
+    summary = entry.get("summary") or ""
+    if summary.startswith(f"{entry['tool']} "):  # "ls returned …": the tool is named already
+        summary = summary[len(entry["tool"]) + 1:]
+    if entry["status"] == "SUCCESS" and summary:
+        row["summary"] = clip_words(summary, EXECUTED_SUMMARY_CHARS)
     return row
 
 

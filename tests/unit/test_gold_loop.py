@@ -134,7 +134,8 @@ def test_fault_injection_produces_failures_that_the_loop_recovers_from(bfcl, tmp
     fails = [r for r in events if r["role"] == "verifier" and r["parsed"]["status"] == "FAIL"]
     assert fails and all(r["parsed"]["feedback"].startswith(f"Step {r['parsed']['step']} (") for r in fails)
     # a semantic fault executes cleanly, and the Verifier still fails it, on the right criteria
-    clean = [r for r in fails if role_input(r["messages"])["steps"][0]["envelope"]["status"] == "SUCCESS"]
+    clean = [r for r in fails if role_input(r["messages"])["steps"][0]["envelope"]["status"] == "SUCCESS"
+             and r["extra"]["fault_kind"] != "incomplete"]  # (a plan cut short is judged apart)
     assert clean and all(r["parsed"]["criteria"]["execution_validity"] == "pass"
                          and r["parsed"]["criteria"]["argument_consistency"] == "fail"
                          and "but the request asked for" in r["parsed"]["feedback"] for r in clean)
@@ -175,7 +176,7 @@ def test_a_retrieval_miss_is_named_by_the_verifier_and_found_by_the_replan(agent
     events = [r for r in agentdojo_rows if r["kind"] == "event"]
     records, missed = episodes(agentdojo_rows)
     incomplete = [r for r in events if r["role"] == "verifier" and r["extra"].get("fault_kind") == "incomplete"]
-    assert incomplete and all(r["parsed"]["status"] == "FAIL" and "Re-plan what is left" in r["parsed"]["feedback"]
+    assert incomplete and all(r["parsed"]["status"] == "FAIL" and "Still to do: " in r["parsed"]["feedback"]
                               and [c for c, v in r["parsed"]["criteria"].items() if v == "fail"] == ["task_completion"]
                               for r in incomplete)
     recovered = []

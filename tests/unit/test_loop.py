@@ -134,26 +134,46 @@ def test_a_step_fail_stops_the_attempt_and_the_replan_sees_every_feedback(world)
     assert "3 attempt(s)" in result.response and "first problem" in result.response
 
 
-def test_a_replan_adds_tools_retrieved_for_the_feedback_and_keeps_those_shown(tmp_path):
+def test_a_replan_adds_tools_for_what_is_left_and_keeps_those_shown(tmp_path):
+    from fakes import verdict
+
     from heart.toolface import RetrievalConfig
 
     one = RetrievalConfig(k=1, min_shown=1, expand_companions=False)
     toolface = ToolFace(Files().tools(), cache_dir=tmp_path / "cache", embedder=HashingEmbedder(), config=one)
-    script = Script(planner=[lambda p: plan(("ls", "list"), replanned=bool(p.get("feedback")))],
-                    router=[dispatch(("ls", {}))], primitive=[echo_bindings],
-                    verifier=[fail("ls ran; now create an empty file with touch"), PASS])
-    loop, _ = make_loop(script, toolface, tmp_path / "t.jsonl", replan_budget=1, replan_tools=1)
-    loop.solve("list the files")
-    shown = [[name for tools in p["available_tools"].values() for name in tools]
-             for role, p in script.calls if role == "planner"]
-    assert shown == [["ls"], ["ls", "touch"]]
+    not_done = lambda p: verdict(p, "FAIL", "ls ran; now create an empty file with touch", ("task_completion",))  # noqa: E731
+    wrong_call = fail("ls ran; now create an empty file with touch")  # also execution_validity
 
-    script = Script(planner=[lambda p: plan(("ls", "list"), replanned=bool(p.get("feedback")))],
-                    router=[dispatch(("ls", {}))], primitive=[echo_bindings],
-                    verifier=[fail("ls ran; now create an empty file with touch"), PASS])
-    loop, _ = make_loop(script, toolface, tmp_path / "u.jsonl", replan_budget=1, replan_tools=0)
-    loop.solve("list the files")  # replan_tools=0: the paper's single retrieval
-    assert [len(p["available_tools"][""]) for role, p in script.calls if role == "planner"] == [1, 1]
+    def shown_per_plan(verifier, **config):
+        script = Script(planner=[lambda p: plan(("ls", "list"), replanned=bool(p.get("feedback")))],
+                        router=[dispatch(("ls", {}))], primitive=[echo_bindings], verifier=[verifier, PASS])
+        loop, _ = make_loop(script, toolface, tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl",
+                            replan_budget=1, **config)
+        loop.solve("list the files")
+        return [[name for tools in p["available_tools"].values() for name in tools]
+                for role, p in script.calls if role == "planner"]
+
+    # task_completion alone: the re-plan searches the feedback and keeps what it showed
+    assert shown_per_plan(not_done, replan_tools=1) == [["ls"], ["ls", "touch"]]
+    # a step called wrongly: its tool is already shown, nothing is added
+    assert shown_per_plan(wrong_call, replan_tools=1) == [["ls"], ["ls"]]
+    # replan_tools=0: the paper's one retrieval per query
+    assert shown_per_plan(not_done, replan_tools=0) == [["ls"], ["ls"]]
+
+
+def test_a_first_empty_plan_is_replanned_once_with_tools_for_the_stated_task(tmp_path):
+    from heart.toolface import RetrievalConfig
+
+    one = RetrievalConfig(k=1, min_shown=1, expand_companions=False)
+    toolface = ToolFace(Files().tools(), cache_dir=tmp_path / "cache", embedder=HashingEmbedder(), config=one)
+    script = Script(planner=[lambda p: plan(replanned=bool(p.get("feedback")))],
+                    router=[dispatch()], primitive=[echo_bindings], verifier=[PASS])
+    loop, _ = make_loop(script, toolface, tmp_path / "t.jsonl", replan_budget=3)
+    result = loop.solve("list the files")
+    planner_inputs = [p for role, p in script.calls if role == "planner"]
+    assert len(planner_inputs) == 2 and result.verdict == "PASS"  # once, not until the budget is spent
+    assert planner_inputs[1]["feedback"][0].startswith("No shown tool serves this")
+    assert sum(len(tools) for tools in planner_inputs[1]["available_tools"].values()) > 1
 
 
 def test_the_planner_schema_demands_replanned_on_a_replan(world):
