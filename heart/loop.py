@@ -38,12 +38,13 @@ Where it departs from the paper, and why:
 - **Re-plans look for more tools.** Algorithm 1 retrieves ``T_q`` once per query. Here,
   when the Verifier's only complaint is that the request is not done (``task_completion``
   alone: every step ran as asked), the re-plan's input also shows up to
-  ``LoopConfig.replan_tools`` (default 3) further tools, retrieved for that feedback. Some needs only show up once a step has run — "do the
-  actions in the email" needs ``append_to_file`` only after the email is read — and a
-  task with more tools than the Planner is shown cannot get its last ones any other way.
-  The shown list only grows, so every tool of the plan being repaired stays in view. For
-  the same reason a first empty plan ("no shown tool serves this") is re-planned once,
-  with tools retrieved for the Planner's own statement of the task.
+  ``LoopConfig.replan_tools`` (default 3) further tools, retrieved for that feedback.
+  Some needs only show up once a step has run — "do the actions in the email" needs
+  ``append_to_file`` only after the email is read — and a task with more tools than the
+  Planner is shown cannot get its last ones any other way. The shown list only grows, so
+  every tool of the plan being repaired stays in view. For the same reason a first empty
+  plan ("no shown tool serves this") is re-planned once, with tools retrieved for the
+  Planner's own statement of the task. A re-plan after a wrongly called step adds nothing.
 - **Whole-attempt variant.** ``LoopConfig.verify = "attempt"`` keeps the earlier design for
   comparison: all steps run (dependency-aware), then one Verifier call judges the attempt.
 """

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from heart.roles import ROLE_MODULES
 from heart.traces import read_trace
 
 pytestmark = pytest.mark.slow
@@ -51,8 +52,8 @@ def test_collect_build_train_and_serve_four_role_adapters(tmp_path, smollm2_path
     events = [r for r in read_trace(trace) if r["kind"] == "event"]
     assert {e["role"] for e in events} == set(ROLES)
     assert all(e["adapter"] == e["role"] for e in events)  # each role served by its own adapter
-    assert all(e["messages"][0]["content"].startswith("You are the HEART") or
-               e["messages"][0]["content"].startswith("You are a HEART") for e in events)
+    # each role was sent the short system prompt its adapter was trained on
+    assert all(e["messages"][0]["content"] == ROLE_MODULES[e["role"]].SHORT_SYSTEM_PROMPT for e in events)
 
 
 def test_heart_pipeline_until_train_then_everything_is_skipped(tmp_path, smollm2_path):
