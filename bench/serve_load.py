@@ -13,8 +13,8 @@ then measures side by side in one run:
 3. **hostile**: the requests issue 13 names (unknown role, malformed JSON, an oversized
    prompt, bad sampling parameters, …), sent *during* the concurrent load.
 
-Role inputs are real: the messages of the role calls in a gold-teacher collection of a few
-BFCL train tasks (written to a temporary folder first). Every reply is checked: status
+Role inputs are real: the messages of the role calls in gold-teacher episodes of a few
+BFCL train tasks. Every reply is checked: status
 code, an OpenAI-shaped body, the model name echoed, the adapter that answered (the role's
 own, or none for ``base``), and ``usage`` counts. A *lost* response is a request with no
 reply, a reply that is not JSON, or one that answers another model. The table gives status
@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from heart import ROLES  # noqa: E402
-from heart.traces import read_trace  # noqa: E402
 
 
 def free_port() -> int:
@@ -53,19 +52,24 @@ def free_port() -> int:
 
 
 def role_inputs(tasks: int) -> dict[str, list[list[dict]]]:
-    """Each role's input messages from a gold-teacher collection of ``tasks`` BFCL train tasks."""
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "heart.cli", "collect", "--env", "bfcl", "--split", "train",
-                        "--teacher", "gold", "--limit", str(tasks), "--out", tmp],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        by_role: dict[str, list[list[dict]]] = {role: [] for role in ROLES}
-        for shard in sorted(Path(tmp, "traces").glob("*.jsonl")):
-            for record in read_trace(shard):
-                if record["kind"] == "event" and record["role"] in by_role:
-                    by_role[record["role"]].append(record["messages"])
+    """Each role's input messages from gold-teacher episodes of ``tasks`` BFCL train tasks."""
+    from data.teachers import GoldTeacher
+    from eval.e2e import EpisodeEvents
+    from heart.environments import load_environment
+    from heart.episode import run_episode
+
+    env = load_environment("bfcl")
+    by_role: dict[str, list[list[dict]]] = {role: [] for role in ROLES}
+    for task_id in env.task_ids("train")[:tasks]:
+        task = env.load_task(task_id)
+        events = EpisodeEvents()  # in memory: only the messages are read back
+        run_episode(env, task, GoldTeacher(task, env.catalog()), trace=events)
+        for row in events.rows:
+            if row["kind"] == "event" and row["role"] in by_role:
+                by_role[row["role"]].append(row["messages"])
     missing = [role for role, rows in by_role.items() if not rows]
     if missing:
-        raise SystemExit(f"serve_load: the gold collection has no {missing} calls; raise --tasks")
+        raise SystemExit(f"serve_load: the gold episodes have no {missing} calls; raise --tasks")
     return by_role
 
 

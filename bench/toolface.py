@@ -105,18 +105,19 @@ def session_cases(env_name: str, limit: int | None):
     return env, cases
 
 
+def add_by_split(rows: dict[str, dict[str, list[list[float]]]], split: str, key: str, task_values: list[float]):
+    """One task's values under its split, "all", and "held-out" unless it is a train task."""
+    for s in ("all", split, "held-out" if split != "train" else None):
+        if s is not None:
+            rows.setdefault(s, {}).setdefault(key, []).append(task_values)
+
+
 def measure_sessions(env_name: str, limit: int | None, n_boot: int) -> dict:
     env, cases = session_cases(env_name, limit)
     statistics = tool_statistics(env, "train")
     # one batched pass over every query and every logged request
     Embedder().embed(sorted({q for *_, turns in cases for q, _ in turns} | {q for q, _ in statistics.query_log()}))
     rows: dict[str, dict[str, list[list[float]]]] = {}
-
-    def add(split: str, key: str, task_values: list[float]):
-        for s in ("all", split, "held-out" if split != "train" else None):
-            if s is not None:
-                rows.setdefault(s, {}).setdefault(key, []).append(task_values)
-
     tools_per_task = []
     companions_only = retrieval_config(env, query_log_weight=0.0, usage_weight=0.0)
     for task_id, split, session, turns in cases:
@@ -138,7 +139,7 @@ def measure_sessions(env_name: str, limit: int | None, n_boot: int) -> dict:
                 values.setdefault(f"{name} all@shown", []).append(float(set(gold) <= set(shown)))
                 values.setdefault(f"{name} shown", []).append(float(len(shown)))
         for key, v in values.items():
-            add(split, key, v)
+            add_by_split(rows, split, key, v)
     result = {
         "tasks": len(cases),
         "turns": sum(len(t) for *_, t in cases),
@@ -178,36 +179,30 @@ def print_sessions(results: dict[str, dict]) -> None:
 
 def measure_loop(env_name: str, limit: int | None, n_boot: int) -> dict:
     from data.teachers import GoldTeacher
+    from eval.e2e import EpisodeEvents
     from heart.episode import run_episode
-    from heart.traces import TraceWriter, read_trace
 
     env = load_environment(env_name)
     rows: dict[str, dict[str, list[list[float]]]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for task_id in env.task_ids()[:limit]:
-            task = env.load_task(task_id)
-            path = Path(tmp) / "trace.jsonl"
-            with TraceWriter(path, fsync=False) as trace:
-                run_episode(env, task, GoldTeacher(task, env.catalog()), trace=trace)
-            planners = [r for r in read_trace(path) if r["kind"] == "event" and r["role"] == "planner"]
-            path.unlink()
-            values: dict[str, list[float]] = {"first": [], "last": [], "shown": [], "calls": []}
-            for turn, gold in enumerate(task.gold or []):
-                names = {c.name for c in gold}
-                shown = [{name for tools in role_input(r["messages"])["available_tools"].values() for name in tools}
-                         for r in planners if r["turn"] == turn]
-                if not names or not shown:
-                    continue
-                values["first"].append(float(names <= shown[0]))
-                values["last"].append(float(names <= set().union(*shown)))
-                values["shown"] += [float(len(s)) for s in shown]
-                values["calls"].append(float(len(shown)))
-            split = split_of(env_name, task_id)
-            for s in ("all", split, "held-out" if split != "train" else None):
-                if s is not None:
-                    for key, v in values.items():
-                        if v:
-                            rows.setdefault(s, {}).setdefault(key, []).append(v)
+    for task_id in env.task_ids()[:limit]:
+        task = env.load_task(task_id)
+        events = EpisodeEvents()  # in memory: only the Planner inputs are read back
+        run_episode(env, task, GoldTeacher(task, env.catalog()), trace=events)
+        planners = [r for r in events.rows if r["kind"] == "event" and r["role"] == "planner"]
+        values: dict[str, list[float]] = {"first": [], "last": [], "shown": [], "calls": []}
+        for turn, gold in enumerate(task.gold or []):
+            names = {c.name for c in gold}
+            shown = [{name for tools in role_input(r["messages"])["available_tools"].values() for name in tools}
+                     for r in planners if r["turn"] == turn]
+            if not names or not shown:
+                continue
+            values["first"].append(float(names <= shown[0]))
+            values["last"].append(float(names <= set().union(*shown)))
+            values["shown"] += [float(len(s)) for s in shown]
+            values["calls"].append(float(len(shown)))
+        for key, v in values.items():
+            if v:
+                add_by_split(rows, split_of(env_name, task_id), key, v)
     return {split: {key: bootstrap(v, n_boot) for key, v in by_key.items()} | {"turns": sum(map(len, by_key["first"]))}
             for split, by_key in rows.items()}
 

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed

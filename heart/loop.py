@@ -184,7 +184,6 @@ class HeartLoop:
         executed: list[dict[str, Any]] = []
         feedback: list[str] = []  # C: every feedback of the turn stays in context
         attempts: list[Attempt] = []
-        looked_further = False  # an empty plan has been re-planned with more tools
 
         for b in range(self.config.replan_budget + 1):  # the first plan, then ≤ B re-plans
             attempt = Attempt(b)
@@ -210,8 +209,9 @@ class HeartLoop:
                 continue
             attempt.plan = plan
             if not plan.plan:  # nothing any available tool can do: no step to verify
-                if self.config.replan_tools and b < self.config.replan_budget and not looked_further:
-                    looked_further = True  # once per turn: search for the task the Planner stated
+                # once per turn (no earlier empty plan): search for the task the Planner stated
+                if self.config.replan_tools and b < self.config.replan_budget \
+                        and not any(a.plan is not None and not a.plan.plan for a in attempts[:-1]):
                     attempt.verdict = "FAIL"
                     attempt.feedback = f"No shown tool serves this ({plan.intent.task}); more tools are shown."
                     feedback.append(attempt.feedback)
