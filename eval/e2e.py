@@ -40,6 +40,7 @@ import numpy as np
 from eval.bfcl_ast import AST_CATEGORIES
 from eval.formats import ROLES
 from eval.models import RoleModels, resolve_role_models, shared_backend
+from eval.roles import MAX_NEW_TOKENS
 from eval.stats import bootstrap, pass_hat_k
 from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.scheduler import BatchingBackend
@@ -79,7 +80,9 @@ class E2EConfig:
     max_clarifications: int = 2
     max_plan_steps: int = 6
     retrieve_k: int | None = None
-    max_new_tokens: int = 512
+    max_new_tokens: int | None = None
+    """Per role call; None: each role's own budget (:data:`eval.roles.MAX_NEW_TOKENS`, above the
+    teacher's 95th percentile), as in the per-role evaluation."""
     temperature: float = 0.0
     constrained: bool = True
     seed: int = 0
@@ -163,7 +166,7 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
         max_clarifications=config.max_clarifications, retrieve_k=config.retrieve_k,
         max_plan_steps=config.max_plan_steps, short_prompts=models.short_prompts,
         constrained=config.constrained)
-    sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+    sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[r], temperature=config.temperature,
                                   seed=seed if config.temperature > 0 else None) for r in ROLES}
     try:
         task = environment.load_task(task_id)
@@ -205,67 +208,144 @@ def summarize_episodes(rows: list[dict[str, Any]], seeds: Sequence[int], seed: i
             "per_task_score": {task: float(np.mean([r["score"] for r in runs])) for task, runs in by_task.items()}}
 
 
+class UnadaptedView:
+    """A backend answering every role with the unadapted base: the ``base`` side of a paired
+    run that shares one in-process model with the distilled side (peft serves rows named
+    ``base`` without an adapter, the name ``heart serve`` gives the base too). Both sides'
+    pending calls then decode in one mixed-adapter batch instead of one side after the other."""
+
+    def __init__(self, backend: BatchingBackend) -> None:
+        self.backend = backend
+        self.name = f"{backend.name} (unadapted)"
+
+    def generate(self, role: str, messages, sampling: SamplingConfig | None = None):
+        return self.backend.generate("base", messages, sampling)
+
+    def generate_batch(self, requests):
+        return self.backend.generate_batch([dataclasses.replace(r, role="base") for r in requests])
+
+    def client(self):
+        return self.backend.client()
+
+
+@dataclass
+class Side:
+    """One ``--roles`` of a run: its models, its backend and its output files."""
+
+    config: E2EConfig
+    models: RoleModels
+    backend: Any
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> list[Any]:
+    """One backend per side. In-process sides on the same base share one model behind one
+    batching scheduler (an unadapted view for the base side); others get their own."""
+    in_process = [m.teacher is None for m in models]
+    adapted = [m for m, local in zip(models, in_process) if local and m.adapters]
+    if sum(in_process) < 2 or len(adapted) > 1 or len({m.model for m, l in zip(models, in_process) if l}) > 1:
+        return [None] * len(configs)
+    owner = adapted[0] if adapted else next(m for m, l in zip(models, in_process) if l)
+    concurrency = sum(c.concurrency for c, local in zip(configs, in_process) if local)
+    shared = BatchingBackend(shared_backend(owner, concurrency), max_batch_size=concurrency)
+    return [(shared if m.adapters else UnadaptedView(shared)) if local else None
+            for m, local in zip(models, in_process)]
+
+
 def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,
         teacher_for_task=gold_teacher) -> dict[str, Any]:
     """Run every (task, seed) of ``config``; write and return the results. ``backend``
     replaces the one ``config.roles_spec`` names (tests pass scripted ones)."""
+    return run_sides([config], [backend], argv, teacher_for_task)[0]
+
+
+def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] | None = None,
+              argv: list[str] | None = None, teacher_for_task=gold_teacher) -> list[dict[str, Any]]:
+    """Run several ``--roles`` on the same tasks at once (e.g. base and distilled), each side
+    written to its own ``out``; sides on one in-process model share it (:func:`shared_sides`)."""
     from tqdm import tqdm
 
-    from eval.provenance import provenance
-
-    models = resolve_role_models(config.roles_spec, config.model)
-    environment = load_environment(config.env, config.category)
-    task_ids = environment.task_ids(config.split)
-    if config.tasks:
-        outside = [t for t in config.tasks if t not in task_ids]
+    first = configs[0]
+    for other in configs[1:]:
+        differs = [f.name for f in dataclasses.fields(E2EConfig) if f.name not in ("roles_spec", "out")
+                   and getattr(other, f.name) != getattr(first, f.name)]
+        if differs:
+            raise ValueError(f"sides run together must share every setting but --roles/--out; {differs} differ")
+    models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
+    environment = load_environment(first.env, first.category)
+    task_ids = environment.task_ids(first.split)
+    if first.tasks:
+        outside = [t for t in first.tasks if t not in task_ids]
         if outside:
-            raise ValueError(f"task(s) {outside} are not in the {config.split!r} split of {config.env}")
-        task_ids = list(config.tasks)
-    if config.limit is not None:
-        task_ids = task_ids[:config.limit]
+            raise ValueError(f"task(s) {outside} are not in the {first.split!r} split of {first.env}")
+        task_ids = list(first.tasks)
+    if first.limit is not None:
+        task_ids = task_ids[:first.limit]
     if not task_ids:
-        raise ValueError(f"no {config.env} task in split {config.split!r}")
-    if backend is None:
-        backend = shared_backend(models)
-        in_process = models.teacher is None or models.teacher.startswith("hf:")
-        if backend is not None and in_process:
-            # concurrent episodes share the one in-process model through the scheduler, which
-            # serves their pending role calls as one batch (decoding is memory-bound: a batch
-            # of 2-4 costs little more per step than one call)
-            backend = BatchingBackend(backend, max_batch_size=max(1, config.concurrency))
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = [(task_id, seed) for seed in config.seeds for task_id in task_ids]
-    rows: list[dict[str, Any]] = []
+        raise ValueError(f"no {first.env} task in split {first.split!r}")
+    backends = list(backends or [None] * len(configs))
+    shared = shared_sides(configs, models) if not any(backends) else [None] * len(configs)
+    sides = []
+    for config, side_models, given, together in zip(configs, models, backends, shared):
+        backend = given or together
+        if backend is None:
+            backend = shared_backend(side_models)
+            if backend is not None and (side_models.teacher is None or side_models.teacher.startswith("hf:")):
+                # concurrent episodes share the one in-process model through the scheduler, which
+                # serves their pending role calls as one batch (decoding is memory-bound: a batch
+                # of 2-4 costs little more per step than one call)
+                backend = BatchingBackend(backend, max_batch_size=max(1, config.concurrency))
+        sides.append(Side(config, side_models, backend))
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+    jobs = [(side, task_id, seed) for seed in first.seeds for task_id in task_ids for side in sides]
     started = time.perf_counter()
-    with open(out / EPISODES, "w", encoding="utf-8") as episodes, open(out / TRACE, "w", encoding="utf-8") as trace, \
-            ThreadPoolExecutor(max_workers=config.concurrency) as pool, \
-            tqdm(total=len(jobs), desc=f"e2e {config.env}", unit="ep") as progress:
-        futures = [pool.submit(run_one, environment, t, s, backend, models, config, teacher_for_task) for t, s in jobs]
+    with contextlib.ExitStack() as stack:
+        files = {id(side): (stack.enter_context(open(Path(side.config.out) / EPISODES, "w", encoding="utf-8")),
+                            stack.enter_context(open(Path(side.config.out) / TRACE, "w", encoding="utf-8")))
+                 for side in sides}
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=sum(s.config.concurrency for s in sides)))
+        progress = stack.enter_context(tqdm(total=len(jobs), desc=f"e2e {first.env}", unit="ep"))
+        futures = {pool.submit(run_one, environment, t, s, side.backend, side.models, side.config,
+                               teacher_for_task): side for side, t, s in jobs}
         for future in as_completed(futures):
+            side = futures[future]
             row, events = future.result()
-            rows.append(row)
+            side.rows.append(row)
+            episodes, trace = files[id(side)]
             episodes.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
             for event in events:
                 trace.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
-            scored = [r for r in rows if not r["errored"]]
-            progress.set_postfix(success=f"{np.mean([r['score'] for r in scored]):.0%}" if scored else "-",
-                                 errored=len(rows) - len(scored))
+            progress.set_postfix({side_.models.label: _success(side_.rows) for side_ in sides})
             progress.update(1)
+    wall_s = round(time.perf_counter() - started, 3)
+    return [write_results(side, task_ids, environment, wall_s, len(sides), argv) for side in sides]
+
+
+def _success(rows: list[dict[str, Any]]) -> str:
+    scored = [r["score"] for r in rows if not r["errored"]]
+    return f"{np.mean(scored):.0%}" if scored else "-"
+
+
+def write_results(side: Side, task_ids: list[str], environment, wall_s: float, sides: int,
+                  argv: list[str] | None) -> dict[str, Any]:
+    from eval.provenance import provenance
+
+    config, models, rows = side.config, side.models, side.rows
     rows.sort(key=lambda r: (r["seed"], task_ids.index(r["task_id"])))
     summary = summarize_episodes(rows, config.seeds, config.seed)
+    backend = side.backend
     results = {
         "kind": "e2e", "label": models.label, "roles_spec": models.spec, "model": models.model,
         "env": config.env, "category": config.category or ("multi_turn_base" if config.env == "bfcl" else None),
         "config": dataclasses.asdict(config), **summary,
         "counts": {"episodes": len(rows), "errored": sum(r["errored"] for r in rows), "tasks": len(task_ids),
-                   "wall_s": round(time.perf_counter() - started, 3)},
+                   "wall_s": wall_s, "sides_run_together": sides},
         "errored": [{"task_id": r["task_id"], "seed": r["seed"], "error": r["error"]} for r in rows if r["errored"]],
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in models.adapters.items()},
         "backend": backend.name if backend is not None else "gold (per task)", "provenance": provenance(argv),
     }
-    (out / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (Path(config.out) / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
     return results
 
 
@@ -284,10 +364,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-clarifications", type=int, default=2)
     parser.add_argument("--max-plan-steps", type=int, default=6)
     parser.add_argument("--retrieve-k", type=int, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="per role call (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--no-constrain", action="store_true")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--base-out", help="also run the unadapted base on the same tasks, at the same time and on "
+                                           "the same in-process model (one batch serves both sides), into this folder")
 
 
 def config_from_args(args: argparse.Namespace) -> E2EConfig:
@@ -314,19 +397,27 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        results = run(config, argv=full_argv)
+        configs = [config]
+        if args.base_out:
+            if config.roles_spec == "base":
+                raise ValueError("--base-out runs the base beside --roles; --roles is already base")
+            configs.append(dataclasses.replace(config, roles_spec="base", out=args.base_out))
+        all_results = run_sides(configs, argv=full_argv)
     except (FileNotFoundError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    counts = results["counts"]
-    print(f"  success {Estimate(**results['figures']['success_rate']).format(100)} over tasks; "
-          f"{counts['errored']}/{counts['episodes']} episodes errored")
-    for k, p in results["pass_hat_k"].items():
-        print(f"  pass^{k} {100 * p['value']:.1f} (n={p['n']} tasks)")
-    for item in results["errored"][:5]:
-        print(f"  errored: {item['task_id']} seed {item['seed']}: {item['error']}", file=sys.stderr)
-    print(f"wrote {Path(config.out) / RESULTS}")
-    if counts["errored"] == counts["episodes"]:
-        print("error: every episode errored (infrastructure): nothing measures the model", file=sys.stderr)
-        return 1
-    return 0
+    status = 0
+    for side, results in zip(configs, all_results):
+        counts = results["counts"]
+        print(f"  {results['label']}: success {Estimate(**results['figures']['success_rate']).format(100)} over "
+              f"tasks; {counts['errored']}/{counts['episodes']} episodes errored")
+        for k, p in results["pass_hat_k"].items():
+            print(f"  pass^{k} {100 * p['value']:.1f} (n={p['n']} tasks)")
+        for item in results["errored"][:5]:
+            print(f"  errored: {item['task_id']} seed {item['seed']}: {item['error']}", file=sys.stderr)
+        print(f"wrote {Path(side.out) / RESULTS}")
+        if counts["errored"] == counts["episodes"]:
+            print(f"error: every episode errored ({results['label']}; infrastructure): nothing measures the model",
+                  file=sys.stderr)
+            status = 1
+    return status

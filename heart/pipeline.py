@@ -175,9 +175,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                   ["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
                    str(run / "adapters"), "--only", ",".join(t.roles), *limit, *e.roles_args,
                    "--out", str(run / "eval" / "roles-distilled")]]
-    eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", side, *base,
-                 "--limit", str(e.e2e_limit), *e.e2e_args, "--out", str(run / "eval" / f"e2e-{name}")]
-                for name, side in (("base", "base"), ("distilled", str(run / "adapters")))]
+    # both sides in one process: their episodes share the model and decode in one batch
+    eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", str(run / "adapters"),
+                 *base, "--limit", str(e.e2e_limit), *e.e2e_args, "--out", str(run / "eval" / "e2e-distilled"),
+                 "--base-out", str(run / "eval" / "e2e-base")]]
     return [
         Stage("collect", collect, [], [run / "collect"]),
         Stage("datasets", [["heart", "datasets", "build", str(run / "collect"), "--out", str(run / "datasets"),

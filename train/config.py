@@ -90,6 +90,10 @@ class SFTSettings:
     """bf16 mixed precision (GPU only; ~9x slower on CPUs without AMX)."""
     padding_free: bool = False
     """Concatenate each batch into one sequence with per-example positions (TRL padding_free): no pad tokens computed."""
+    head_on_labels_only: bool = True
+    """Project only the positions that carry a label (the assistant turn) through the LM head. TRL does this on
+    CUDA/XPU; on other devices it projects every position (fixed tile shapes for graph compilers), which on a CPU
+    spends a 49,152-row matmul on every prompt token for nothing."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory (GPU recipes; slower)."""
     use_cpu: bool = True

@@ -103,6 +103,7 @@ def train_role(recipe) -> int:
         use_cpu=s.use_cpu, include_num_input_tokens_seen="non_padding", report_to="none",
         padding_free=s.padding_free,
     )
+    score_labelled_positions_only(s.head_on_labels_only)
     trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
                          processing_class=tokenizer, peft_config=peft_config)
     checkpoint = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
@@ -144,6 +145,24 @@ def train_role(recipe) -> int:
     del trainer, model  # the next role of this process starts from a fresh base
     gc.collect()
     return 0
+
+
+def score_labelled_positions_only(enabled: bool) -> None:
+    """Make TRL's fused LM head project only labelled positions on every device, or restore it.
+
+    TRL's ``add_fused_lm_head`` scores "compact" (the positions whose next token has a label)
+    only where its Triton kernel runs; elsewhere it projects every position so that tile
+    shapes never change (graph compilers such as Neuron would recompile). Eager CPU training
+    recompiles nothing, and with ``assistant_only_loss`` ~2/3 of a role example's positions are
+    prompt: projecting them through SmolLM2's 49,152 x 576 head is a fifth of the forward pass
+    spent on nothing. The per-token results are the same either way (masked positions are zeroed).
+    TRL picks the mode through ``trl.trainer.utils._use_triton``; its kernel keeps its own copy
+    of that function, so the torch tile path still runs on a CPU.
+    """
+    import trl.trainer.utils as trl_utils
+    from trl.kernels.chunked_logprob import _use_triton
+
+    trl_utils._use_triton = (lambda device: True) if enabled else _use_triton
 
 
 if __name__ == "__main__":

@@ -109,3 +109,36 @@ def test_parity_peft_vs_vllm_for_all_four_roles(smollm2_path, tmp_path):
     assert sorted(roles) == sorted(ROLES)
     assert not report["adapter_answers_differing_from_base"].startswith("0/")
     assert report["passed"], json.dumps(roles, indent=1)
+
+
+@pytest.mark.slow
+def test_the_unadapted_view_shares_the_model_and_answers_as_the_bare_base(tiny_adapters):
+    """eval e2e --base-out: the base side's calls batch with the distilled side's on one model,
+    and each is answered as if the other side did not exist."""
+    from eval.e2e import UnadaptedView
+    from heart.runtime.hf import TransformersBackend
+    from heart.runtime.scheduler import BatchingBackend
+
+    requests = _requests()
+    bare = TransformersBackend("tiny-qwen3")
+    base_expected = [bare.generate(r.role, r.messages, r.sampling).text for r in requests]
+    inner = TransformersBackend("tiny-qwen3", adapters=tiny_adapters)
+    adapted_expected = [inner.generate(r.role, r.messages, r.sampling).text for r in requests]
+    shared = BatchingBackend(inner, max_batch_size=8, max_wait_s=5.0)
+    sides = [UnadaptedView(shared)] * 4 + [shared] * 4
+    everyone = threading.Barrier(8)
+
+    def client(i):
+        backend, r = sides[i], requests[i % 4]
+        with backend.client():
+            everyone.wait()
+            return backend.generate(r.role, r.messages, r.sampling)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(client, range(8)))
+    assert [g.text for g in answers[:4]] == base_expected
+    assert [g.adapter for g in answers[:4]] == [None] * 4
+    assert [g.text for g in answers[4:]] == adapted_expected
+    assert [g.adapter for g in answers[4:]] == [r.role for r in requests]
+    assert shared.stats().batch_sizes == {8: 1}  # one mixed batch served both sides
+    shared.close()

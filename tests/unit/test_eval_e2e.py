@@ -122,3 +122,54 @@ def test_pass_hat_k_over_seeds(tmp_path):
                             out=str(tmp_path)))
     assert results["counts"]["episodes"] == 4
     assert results["pass_hat_k"] == {"1": {"value": 1.0, "n": 2}, "2": {"value": 1.0, "n": 2}}
+
+
+def test_sides_run_together_write_their_own_results_on_the_same_tasks(tmp_path):
+    config = E2EConfig(env="bfcl", category="simple", limit=2, roles_spec="teacher:gold", out=str(tmp_path / "a"))
+    other = dataclasses.replace(config, out=str(tmp_path / "b"))
+    first, second = e2e.run_sides([config, other])
+    assert first["per_task_score"].keys() == second["per_task_score"].keys()
+    assert first["counts"]["sides_run_together"] == 2
+    for side in ("a", "b"):
+        assert json.loads((tmp_path / side / e2e.RESULTS).read_text())["counts"]["episodes"] == 2
+    with pytest.raises(ValueError, match=r"\['limit'\] differ"):
+        e2e.run_sides([config, dataclasses.replace(other, limit=1)])
+
+
+def test_each_role_call_gets_its_roles_decoding_budget(tmp_path):
+    from eval.roles import MAX_NEW_TOKENS
+
+    seen = {}
+
+    def record(role, messages, sampling=None):
+        seen[role] = sampling.max_new_tokens
+        raise RuntimeError("stop here")
+
+    backend = ScriptedBackend(lambda role, messages: None, name="recorder")
+    backend.generate = record
+    run(E2EConfig(env="bfcl", category="simple", limit=1, roles_spec="teacher:gold", out=str(tmp_path)),
+        backend=backend)
+    assert seen and all(seen[role] == MAX_NEW_TOKENS[role] for role in seen)
+
+
+def test_the_unadapted_view_asks_for_the_base():
+    asked = []
+
+    class Recorder:
+        name = "recorder"
+
+        def generate(self, role, messages, sampling=None):
+            asked.append(role)
+
+        def generate_batch(self, requests):
+            asked.extend(r.role for r in requests)
+
+        def client(self):
+            return "client"
+
+    from heart.runtime.base import GenerationRequest
+
+    view = e2e.UnadaptedView(Recorder())
+    view.generate("planner", [])
+    view.generate_batch([GenerationRequest("router", [], None)])
+    assert asked == ["base", "base"] and view.client() == "client"

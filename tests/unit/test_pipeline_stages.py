@@ -131,8 +131,10 @@ def test_eval_stages_call_the_eval_commands(recipe):
     assert roles[0].startswith("heart eval roles --data run/heldout --split test --roles base --model smollm2-135m")
     assert "--adapters run/adapters" in roles[1]
     e2e = [" ".join(c) for c in by_name["eval_e2e"].commands]
-    assert e2e[0].startswith("heart eval e2e --env bfcl --split test --roles base --model smollm2-135m --limit 2")
-    assert "--roles run/adapters" in e2e[1]
+    assert len(e2e) == 1  # base and distilled in one process, sharing the model's batches
+    assert e2e[0].startswith("heart eval e2e --env bfcl --split test --roles run/adapters --model smollm2-135m "
+                             "--limit 2")
+    assert e2e[0].endswith("--out run/eval/e2e-distilled --base-out run/eval/e2e-base")
     assert " ".join(by_name["report"].commands[0]) == "heart report run/eval --out run/report"
     assert "--split test" in " ".join(by_name["collect_test"].commands[0])
 
