@@ -3,6 +3,7 @@
     heart eval e2e --env bfcl --split test --roles base --limit 2 --out runs/NAME/eval/e2e-base
     heart eval e2e --env bfcl --category simple --split test --roles runs/NAME/adapters --out …
     heart eval e2e --env agentdojo --split test --roles teacher:gold --seeds 0 1 2 --out …
+    heart eval e2e --env bfcl --category simple --roles runs/NAME/adapters --out …/e2e-distilled --base-out …/e2e-base
 
 Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's own checker
 (BFCL's multi-turn checker, BFCL's AST checker for the single-turn categories via
@@ -166,8 +167,9 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
         max_clarifications=config.max_clarifications, retrieve_k=config.retrieve_k,
         max_plan_steps=config.max_plan_steps, short_prompts=models.short_prompts,
         constrained=config.constrained)
-    sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[r], temperature=config.temperature,
-                                  seed=seed if config.temperature > 0 else None) for r in ROLES}
+    sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[r],
+                                  temperature=config.temperature, seed=seed if config.temperature > 0 else None)
+                for r in ROLES}
     try:
         task = environment.load_task(task_id)
         if backend is None:  # the gold teacher answers from this task's gold calls
@@ -240,16 +242,14 @@ class Side:
 
 def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> list[Any]:
     """One backend per side. In-process sides on the same base share one model behind one
-    batching scheduler (an unadapted view for the base side); others get their own."""
-    in_process = [m.teacher is None for m in models]
-    adapted = [m for m, local in zip(models, in_process) if local and m.adapters]
-    if sum(in_process) < 2 or len(adapted) > 1 or len({m.model for m, l in zip(models, in_process) if l}) > 1:
+    batching scheduler (an unadapted view for the base side); others get None (their own)."""
+    local = [m for m in models if m.teacher is None]
+    adapted = [m for m in local if m.adapters]
+    if len(local) < 2 or len(adapted) > 1 or len({m.model for m in local}) > 1:
         return [None] * len(configs)
-    owner = adapted[0] if adapted else next(m for m, l in zip(models, in_process) if l)
-    concurrency = sum(c.concurrency for c, local in zip(configs, in_process) if local)
-    shared = BatchingBackend(shared_backend(owner, concurrency), max_batch_size=concurrency)
-    return [(shared if m.adapters else UnadaptedView(shared)) if local else None
-            for m, local in zip(models, in_process)]
+    concurrency = sum(c.concurrency for c, m in zip(configs, models) if m.teacher is None)
+    shared = BatchingBackend(shared_backend((adapted or local)[0], concurrency), max_batch_size=concurrency)
+    return [None if m.teacher is not None else shared if m.adapters else UnadaptedView(shared) for m in models]
 
 
 def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,
@@ -318,7 +318,7 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
             progress.set_postfix({side_.models.label: _success(side_.rows) for side_ in sides})
             progress.update(1)
     wall_s = round(time.perf_counter() - started, 3)
-    return [write_results(side, task_ids, environment, wall_s, len(sides), argv) for side in sides]
+    return [write_results(side, task_ids, wall_s, len(sides), argv) for side in sides]
 
 
 def _success(rows: list[dict[str, Any]]) -> str:
@@ -326,14 +326,13 @@ def _success(rows: list[dict[str, Any]]) -> str:
     return f"{np.mean(scored):.0%}" if scored else "-"
 
 
-def write_results(side: Side, task_ids: list[str], environment, wall_s: float, sides: int,
+def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
                   argv: list[str] | None) -> dict[str, Any]:
     from eval.provenance import provenance
 
-    config, models, rows = side.config, side.models, side.rows
+    config, models, rows, backend = side.config, side.models, side.rows, side.backend
     rows.sort(key=lambda r: (r["seed"], task_ids.index(r["task_id"])))
     summary = summarize_episodes(rows, config.seeds, config.seed)
-    backend = side.backend
     results = {
         "kind": "e2e", "label": models.label, "roles_spec": models.spec, "model": models.model,
         "env": config.env, "category": config.category or ("multi_turn_base" if config.env == "bfcl" else None),

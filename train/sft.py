@@ -148,7 +148,7 @@ def train_role(recipe) -> int:
 
 
 def score_labelled_positions_only(enabled: bool) -> None:
-    """Make TRL's fused LM head project only labelled positions on every device, or restore it.
+    """Make TRL's fused LM head project only labelled positions on a CPU too, or restore it.
 
     TRL's ``add_fused_lm_head`` scores "compact" (the positions whose next token has a label)
     only where its Triton kernel runs; elsewhere it projects every position so that tile
@@ -162,7 +162,7 @@ def score_labelled_positions_only(enabled: bool) -> None:
     import trl.trainer.utils as trl_utils
     from trl.kernels.chunked_logprob import _use_triton
 
-    trl_utils._use_triton = (lambda device: True) if enabled else _use_triton
+    trl_utils._use_triton = (lambda device: device.type == "cpu" or _use_triton(device)) if enabled else _use_triton
 
 
 if __name__ == "__main__":
