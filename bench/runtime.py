@@ -1,4 +1,4 @@
-"""Role runtime on this CPU: batching and int8 vs today's one-call-at-a-time fp32, in one run.
+"""Role runtime on this CPU: continuous batching and int8 vs today's one-call-at-a-time fp32, in one run.
 
 Every figure is a ratio of two measurements taken side by side in this process, so a shared
 machine slows both sides alike. The prompts are real role calls: the gold teacher runs a few
@@ -10,7 +10,7 @@ it: fp32, one call at a time, transformers' dynamic KV cache. ``fp32_sequential`
 same with the static cache the CPU backend now uses by default.
 
     OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens 32] [--batch 8]
-        [--episodes 2]     # also: BFCL dev episodes, sequential fp32 vs concurrent int8+batching
+        [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching
 
 Prints a JSON report (also written to --out).
 """
@@ -110,6 +110,16 @@ def batched(backend, requests, batch: int):
     return outs, wall, stats.mean_batch_size
 
 
+def all_at_once(backend, requests):
+    """Every call in one ``generate_batch`` with room for all of them: continuous batching's best case."""
+    limit, backend.max_batch_size = backend.max_batch_size, len(requests)
+    start = time.perf_counter()
+    outs = backend.generate_batch(requests)
+    wall = time.perf_counter() - start
+    backend.max_batch_size = limit
+    return outs, wall, float(backend.last_decode_stats.mean_running)
+
+
 def agreement(reference, other, tokenizer) -> dict:
     """Exact-match rate of whole answers and mean share of matching leading tokens."""
     exact, prefix = 0, []
@@ -193,7 +203,8 @@ def memory(backend_fp32, backend_int8, base_path: str) -> dict:
 
 
 def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) -> dict:
-    """BFCL dev episodes: sequential fp32 episodes vs concurrent int8 episodes through the scheduler."""
+    """BFCL dev episodes: sequential fp32 episodes (whole-batch ``generate``, as the runtime issue
+    found it) vs concurrent fp32 episodes through the scheduler with continuous batching."""
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.loop import LoopConfig
@@ -205,12 +216,12 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
     tasks = [env.load_task(t) for t in env.task_ids("dev")[:n]]
     config = LoopConfig(replan_budget=0, max_clarifications=0, max_plan_steps=2, constrained=True)
     sampling = {r: SamplingConfig(max_new_tokens=max_new_tokens) for r in ROLES}
-    today = TransformersBackend("smollm2-135m", adapters=adapters)
+    today = TransformersBackend("smollm2-135m", adapters=adapters, decoding="generate", kv_cache="dynamic")
     t = time.perf_counter()
     for task in tasks:
         run_episode(env, task, today, config=config, sampling=sampling)
     t_today = time.perf_counter() - t
-    fast = BatchingBackend(TransformersBackend("smollm2-135m", adapters=adapters, quantize="int8"),
+    fast = BatchingBackend(TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=batch),
                            max_batch_size=batch)
 
     def one(task):
@@ -222,7 +233,7 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
         list(pool.map(one, tasks))
     t_fast = time.perf_counter() - t
     return {"n_tasks": n, "settings": "budget 0, plans <= 2 steps, constrained, "
-            f"max_new_tokens {max_new_tokens}", "today_s": round(t_today, 1), "int8_batched_s": round(t_fast, 1),
+            f"max_new_tokens {max_new_tokens}", "today_s": round(t_today, 1), "continuous_s": round(t_fast, 1),
             "mean_batch": round(fast.stats().mean_batch_size, 2), "ratio": round(t_fast / t_today, 3)}
 
 
@@ -258,17 +269,23 @@ def main() -> int:
         dynamic = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch,
                                       kv_cache="dynamic")
         fp32 = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch)
+        # the scheduler before continuous batching: whole batches through transformers' generate
+        whole = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch,
+                                    decoding="generate")
         int8 = TransformersBackend("smollm2-135m", adapters=adapters, quantize="int8", max_batch_size=args.batch)
         report["prompt_tokens_mean"] = round(sum(len(fp32.tokenizer(fp32.render(r.messages))["input_ids"])
                                                  for r in requests) / len(requests))
-        for backend in (dynamic, fp32, int8):  # warm-up
+        for backend in (dynamic, fp32, whole, int8):  # warm-up
             backend.generate("planner", requests[0].messages, requests[0].sampling)
         runs = {}
         runs["fp32_sequential_dynamic_cache"] = sequential(dynamic, requests)
         del dynamic
         runs["fp32_sequential"] = sequential(fp32, requests)
         runs["int8_sequential"] = sequential(int8, requests)
-        runs["fp32_batched"] = batched(fp32, requests, args.batch)
+        runs["fp32_batched_whole_batches"] = batched(whole, requests, args.batch)
+        del whole
+        runs["fp32_batched"] = batched(fp32, requests, args.batch)  # continuous batching
+        runs["fp32_all_at_once"] = all_at_once(fp32, requests)  # how `heart eval roles` hands them
         runs["int8_batched"] = batched(int8, requests, args.batch)
         base_outs, base_wall = runs["fp32_sequential_dynamic_cache"]
         base_rate = tok_s(base_outs, base_wall)

@@ -40,7 +40,7 @@ import numpy as np
 
 from eval.bfcl_ast import AST_CATEGORIES
 from eval.formats import ROLES
-from eval.models import RoleModels, resolve_role_models, shared_backend
+from eval.models import RoleModels, resolve_role_models, shared_backend, shared_backends
 from eval.roles import MAX_NEW_TOKENS
 from eval.stats import bootstrap, pass_hat_k
 from heart.runtime.base import Backend, SamplingConfig
@@ -174,7 +174,7 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
         task = environment.load_task(task_id)
         if backend is None:  # the gold teacher answers from this task's gold calls
             backend = teacher_for_task(task, environment, seed)
-        with backend.client() if isinstance(backend, BatchingBackend) else contextlib.nullcontext():
+        with backend.client() if hasattr(backend, "client") else contextlib.nullcontext():
             result = run_episode(environment, task, backend, config=loop_config, trace=events, seed=seed,
                                  sampling=sampling)
     except Exception as err:  # infrastructure (out of memory, a crashed server, a broken tool env)
@@ -210,26 +210,6 @@ def summarize_episodes(rows: list[dict[str, Any]], seeds: Sequence[int], seed: i
             "per_task_score": {task: float(np.mean([r["score"] for r in runs])) for task, runs in by_task.items()}}
 
 
-class UnadaptedView:
-    """A backend answering every role with the unadapted base: the ``base`` side of a paired
-    run that shares one in-process model with the distilled side (peft serves rows named
-    ``base`` without an adapter, the name ``heart serve`` gives the base too). Both sides'
-    pending calls then decode in one mixed-adapter batch instead of one side after the other."""
-
-    def __init__(self, backend: BatchingBackend) -> None:
-        self.backend = backend
-        self.name = f"{backend.name} (unadapted)"
-
-    def generate(self, role: str, messages, sampling: SamplingConfig | None = None):
-        return self.backend.generate("base", messages, sampling)
-
-    def generate_batch(self, requests):
-        return self.backend.generate_batch([dataclasses.replace(r, role="base") for r in requests])
-
-    def client(self):
-        return self.backend.client()
-
-
 @dataclass
 class Side:
     """One ``--roles`` of a run: its models, its backend and its output files."""
@@ -241,15 +221,9 @@ class Side:
 
 
 def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> list[Any]:
-    """One backend per side. In-process sides on the same base share one model behind one
-    batching scheduler (an unadapted view for the base side); others get None (their own)."""
-    local = [m for m in models if m.teacher is None]
-    adapted = [m for m in local if m.adapters]
-    if len(local) < 2 or len(adapted) > 1 or len({m.model for m in local}) > 1:
-        return [None] * len(configs)
+    """One backend per side: in-process sides on one base share it (:func:`eval.models.shared_backends`)."""
     concurrency = sum(c.concurrency for c, m in zip(configs, models) if m.teacher is None)
-    shared = BatchingBackend(shared_backend((adapted or local)[0], concurrency), max_batch_size=concurrency)
-    return [None if m.teacher is not None else shared if m.adapters else UnadaptedView(shared) for m in models]
+    return shared_backends(models, concurrency)
 
 
 def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,

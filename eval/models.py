@@ -89,3 +89,40 @@ def shared_backend(models: RoleModels, max_batch_size: int = 8):
     from heart.runtime.hf import TransformersBackend
 
     return TransformersBackend(models.model, adapters=models.adapters, max_batch_size=max_batch_size)
+
+
+class UnadaptedView:
+    """A backend answering every role with the unadapted base: the ``base`` side of a paired
+    run that shares one in-process model with the distilled side (peft serves rows named
+    ``base`` without an adapter, the name ``heart serve`` gives the base too). Both sides'
+    pending calls then decode in one mixed-adapter batch instead of one side after the other."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.name = f"{backend.name} (unadapted)"
+
+    def generate(self, role: str, messages, sampling=None):
+        return self.backend.generate("base", messages, sampling)
+
+    def generate_batch(self, requests):
+        import dataclasses
+
+        return self.backend.generate_batch([dataclasses.replace(r, role="base") for r in requests])
+
+    def client(self):
+        return self.backend.client()
+
+
+def shared_backends(models: list[RoleModels], max_batch_size: int) -> list[Any]:
+    """One backend per side run together (e.g. base and distilled), or None where a side
+    builds its own. In-process sides on the same base, at most one of them adapted, share one
+    model behind one batching scheduler (an :class:`UnadaptedView` for the base side): their
+    calls decode in the same batches instead of one side after the other."""
+    from heart.runtime.scheduler import BatchingBackend
+
+    local = [m for m in models if m.teacher is None]
+    adapted = [m for m in local if m.adapters]
+    if len(local) < 2 or len(adapted) > 1 or len({m.model for m in local}) > 1:
+        return [None] * len(models)
+    shared = BatchingBackend(shared_backend((adapted or local)[0], max_batch_size), max_batch_size=max_batch_size)
+    return [None if m.teacher is not None else shared if m.adapters else UnadaptedView(shared) for m in models]

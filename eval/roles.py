@@ -2,6 +2,7 @@
 
     heart eval roles --data runs/NAME-test/datasets --split test --roles runs/NAME/adapters --out runs/NAME/eval/distilled
     heart eval roles --data runs/NAME-test/datasets --split test --roles base --out runs/NAME/eval/base
+    heart eval roles ... --roles runs/NAME/adapters --out .../distilled --base-out .../base   # both at once
 
 For each role, the rows of ``<data>/<role>`` (split ``--split``) are re-served: the row's
 system + user messages (the short system prompt where the role's adapter was trained on
@@ -12,6 +13,10 @@ answer is parsed by the role's own parser and scored against the row's assistant
 (:mod:`eval.metrics`). A backend exception is an *errored* example: counted, never scored
 as the model's failure. Writes ``<out>/roles.json`` (figures with intervals and n,
 provenance) and ``<out>/roles_examples.jsonl`` (every answer and its scores).
+
+With ``--base-out`` the unadapted base answers the same rows at the same time, on the same
+in-process model: both sides' calls decode in one continuously refilled batch
+(:func:`run_sides`), each row still answered exactly as it would be alone.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ MAX_NEW_TOKENS = {"planner": 320, "router": 384, "primitive": 160, "verifier": 2
 train collection (SmolLM2 tokens: planner 277, router 371, primitive 78, verifier 167). A
 batch decodes until its longest row stops, so one runaway answer costs the whole batch its
 budget: a tight budget per role keeps evaluation affordable on a CPU."""
+CALLS_PER_BATCH = 4
+"""Requests handed to the backend per ``generate_batch``, in batches: room to refill."""
 LABEL_COLUMNS = ("label", "verdict")
 """Dataset columns holding the environment's verdict for a Verifier row (newest name first)."""
 
@@ -197,12 +204,15 @@ def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, model
 
     records: list[dict[str, Any]] = []
     counts = {"errored": 0, "target_unparsed": 0}
-    # Batches of similar prompt length: a left-padded batch computes every row at its longest
-    # row's length. Records keep this order; each names its example.
+    # Similar prompt lengths side by side: a left-padded batch computes every row at its
+    # longest row's length. Records keep this order; each names its example. Each call hands
+    # the backend several batches' worth, so a continuously batching backend refills the
+    # batch as answers finish instead of waiting for the slowest row of each batch.
     rows = sorted(rows, key=lambda row: sum(len(m["content"]) for m in row["messages"][:-1]))
+    per_call = config.batch_size * CALLS_PER_BATCH
     with tqdm(total=len(rows), desc=f"eval {role}", unit="call") as progress:
-        for start in range(0, len(rows), config.batch_size):
-            chunk = rows[start:start + config.batch_size]
+        for start in range(0, len(rows), per_call):
+            chunk = rows[start:start + per_call]
             requests = [request_for(role, row, models, config) for row in chunk]
             try:
                 generations: Sequence[Generation | None] = backend.generate_batch(requests)
@@ -269,6 +279,38 @@ def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] 
     return results
 
 
+def run_sides(configs: list[RoleEvalConfig], argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Evaluate several ``--roles`` on the same rows at once (e.g. base and distilled), each
+    written to its own ``out``. Sides on one in-process base share the model
+    (:func:`eval.models.shared_backends`): their calls decode in the same batches, so the
+    batch is twice as full and the model loads once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eval.models import shared_backends
+
+    first = configs[0]
+    for other in configs[1:]:
+        differs = [f.name for f in dataclasses.fields(RoleEvalConfig) if f.name not in ("roles_spec", "out")
+                   and getattr(other, f.name) != getattr(first, f.name)]
+        if differs:
+            raise ValueError(f"sides run together must share every setting but --roles/--out; {differs} differ")
+    models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
+    backends = shared_backends(models, sum(c.batch_size for c in configs)) if len(configs) > 1 else [None]
+    if not any(backends):
+        return [run(config, argv=argv) for config in configs]
+    # transformers resolves its lazy attributes on first use, and two threads doing it at once
+    # can see a half-initialised module (ImportError): resolve the one both sides need first.
+    from transformers import AutoTokenizer  # noqa: F401
+
+    try:
+        with ThreadPoolExecutor(len(configs)) as pool:
+            futures = [pool.submit(run, config, backend, argv) for config, backend in zip(configs, backends)]
+            return [future.result() for future in futures]
+    finally:
+        for backend in {id(b): b for b in backends if hasattr(b, "close")}.values():
+            backend.close()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="role datasets folder (<data>/<role>)")
     parser.add_argument("--split", default="test", help="split of each role dataset (default test)")
@@ -287,6 +329,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out (and count) rows whose prompt is longer (0: keep all; default 1536, "
                              "the CPU recipes' sft.max_length)")
     parser.add_argument("--out", required=True, help="output folder (roles.json, roles_examples.jsonl)")
+    parser.add_argument("--base-out", help="also evaluate the unadapted base on the same rows, at the same time "
+                                           "and on the same model, into this folder")
 
 
 def config_from_args(args: argparse.Namespace) -> RoleEvalConfig:
@@ -325,14 +369,23 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        results = run(config, argv=full_argv)
+        configs = [config]
+        if args.base_out:
+            if config.roles_spec == "base":
+                raise ValueError("--base-out adds the base side to adapters or a teacher; --roles is base already")
+            configs.append(dataclasses.replace(config, roles_spec="base", out=args.base_out))
+        every_results = run_sides(configs, argv=full_argv)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print_summary(results)
-    print(f"wrote {Path(config.out) / RESULTS}")
-    counts = results["counts"].values()
-    if all(c["errored"] + c["target_unparsed"] == c["rows"] for c in counts):
-        print("error: every example errored (infrastructure): no figure measures the model", file=sys.stderr)
-        return 1
+    for config, results in zip(configs, every_results):
+        print(f"{results['label']} ({config.roles_spec}):")
+        print_summary(results)
+        print(f"wrote {Path(config.out) / RESULTS}")
+    for results in every_results:
+        counts = results["counts"].values()
+        if all(c["errored"] + c["target_unparsed"] == c["rows"] for c in counts):
+            print(f"error: every {results['label']} example errored (infrastructure): no figure measures the "
+                  "model", file=sys.stderr)
+            return 1
     return 0

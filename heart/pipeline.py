@@ -170,12 +170,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                      *(["--limit", str(h.limit)] if h.limit else [])] for env in h.envs]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
-    eval_roles = [["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--roles", "base",
-                   *base, "--only", ",".join(t.roles), *limit, *e.roles_args, "--out", str(run / "eval" / "roles-base")],
-                  ["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
-                   str(run / "adapters"), "--only", ",".join(t.roles), *limit, *e.roles_args,
-                   "--out", str(run / "eval" / "roles-distilled")]]
-    # both sides in one process: their episodes share the model and decode in one batch
+    # each evaluation runs both sides in one process: they share the model and decode in one batch
+    eval_roles = [["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
+                   str(run / "adapters"), *base, "--only", ",".join(t.roles), *limit, *e.roles_args,
+                   "--out", str(run / "eval" / "roles-distilled"), "--base-out", str(run / "eval" / "roles-base")]]
     eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", str(run / "adapters"),
                  *base, "--limit", str(e.e2e_limit), *e.e2e_args, "--out", str(run / "eval" / "e2e-distilled"),
                  "--base-out", str(run / "eval" / "e2e-base")]]

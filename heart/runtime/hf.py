@@ -47,6 +47,14 @@ which copies the whole cache — measured on the 2-core CPU at batch 8 with ~700
 prompts, half of a decoding step's time; the static cache made steps ~30% faster with the
 same greedy tokens. "auto": static on CPU, dynamic on CUDA."""
 
+DECODINGS = ("continuous", "generate")
+"""How greedy requests decode. "continuous": :class:`~heart.runtime.continuous.ContinuousDecoder`,
+rows join and leave the batch every step; "generate": ``transformers``' ``generate`` in
+left-padded batches of ``max_batch_size`` that decode until their longest row stops (the
+reference the parity test compares against). Sampled requests always use ``generate``.
+With ``reuse_prefixes`` (continuous only) each role's system prompt is prefilled once per
+adapter and its keys and values reused by every later call that starts with it."""
+
 QUANTIZE = (None, "int8")
 """Base-weight formats: None keeps the loaded dtype; "int8" is dynamic int8 on CPU."""
 
@@ -103,9 +111,17 @@ class TransformersBackend:
         quantize: str | None = None,
         max_adapter_rank: int = MAX_SERVING_RANK,
         kv_cache: str = "auto",
+        decoding: str = "continuous",
+        reuse_prefixes: bool = True,
     ):
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}")
+        if decoding not in DECODINGS:
+            raise ValueError(f"decoding must be one of {DECODINGS}, got {decoding!r}")
+        self.decoding = decoding
+        self.reuse_prefixes = reuse_prefixes
+        self._prefix_cache: dict = {}
+        self._system_ids: dict[str, list[int]] = {}
         if kv_cache not in KV_CACHES:
             raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
@@ -219,11 +235,16 @@ class TransformersBackend:
         at its own limit: greedy decoding makes that the same answer). Each Generation's
         ``latency_s`` is the wall time of the batch that served it.
         """
+        results: list[Generation | None] = [None] * len(requests)
+        greedy = [i for i, r in enumerate(requests) if r.sampling.temperature == 0]
+        if self.decoding == "continuous" and greedy:
+            for i, generation in zip(greedy, self._decode_continuously([requests[i] for i in greedy])):
+                results[i] = generation
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, request in enumerate(requests):
             s = request.sampling
-            groups[(s.temperature, s.top_p, s.seed)].append(i)
-        results: list[Generation | None] = [None] * len(requests)
+            if results[i] is None:
+                groups[(s.temperature, s.top_p, s.seed)].append(i)
         for indices in groups.values():
             for start in range(0, len(indices), self.max_batch_size):
                 chunk = indices[start : start + self.max_batch_size]
@@ -231,6 +252,130 @@ class TransformersBackend:
                 for i, generation in zip(chunk, generations):
                     results[i] = generation
         return results  # type: ignore[return-value]
+
+    def _decode_continuously(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """Greedy requests through :class:`~heart.runtime.continuous.ContinuousDecoder`."""
+        start = time.perf_counter()
+        rows = [self._row(request) for request in requests]
+        with torch.inference_mode():
+            self._decoder().run(rows)
+        latency = time.perf_counter() - start
+        return [self._generation(row, latency, len(requests)) for row in rows]
+
+    def decode_stream(self, take, done) -> None:
+        """Serve greedy requests as they arrive, until none is waiting or decoding.
+
+        ``take()`` returns newly arrived ``(request, handle)`` pairs (it must not block);
+        ``done(handle, generation)`` is called as soon as a request's answer is complete, so
+        its caller can send its next request while the others still decode
+        (:class:`~heart.runtime.scheduler.BatchingBackend` drives this).
+        """
+        arrived: dict[int, float] = {}
+
+        def poll():
+            rows = []
+            for request, handle in take():
+                arrived[id(handle)] = time.perf_counter()
+                rows.append(self._row(request, owner=handle))
+            return rows
+
+        def finish(row) -> None:
+            latency = time.perf_counter() - arrived.pop(id(row.owner))
+            done(row.owner, self._generation(row, latency, self.last_decode_stats.max_running))
+
+        decoder = self._decoder()
+        self.last_decode_stats = decoder.stats
+        with torch.inference_mode():
+            decoder.run([], poll=poll, on_finish=finish)
+
+    def _decoder(self):
+        from heart.runtime.continuous import ContinuousDecoder
+
+        decoder = ContinuousDecoder(self._forward_last, self._mask_to_grammars, self.stop_token_ids,
+                                    self.tokenizer.pad_token_id, max_batch_size=self.max_batch_size,
+                                    prefix_cache=self._prefix_cache if self.reuse_prefixes else None)
+        self.last_decode_stats = decoder.stats
+        return decoder
+
+    def _row(self, request: GenerationRequest, owner: object = None):
+        """A request as the decoder's Row: prompt ids, adapter, budget and grammar matcher."""
+        from heart.runtime.continuous import Row
+
+        if request.sampling.temperature != 0:
+            raise ValueError(f"continuous decoding is greedy; a {request.role} request asks for "
+                             f"temperature {request.sampling.temperature}")
+        ids = self.tokenizer(self.render(request.messages), add_special_tokens=False)["input_ids"]
+        grammar = None if request.sampling.guided_json is None else self._grammar(request.sampling.guided_json)
+        matcher = None
+        if grammar is not None and not isinstance(grammar, str):
+            import xgrammar as xgr
+
+            matcher = xgr.GrammarMatcher(grammar)
+        adapter = request.role if request.role in self.adapters else BASE_ADAPTER
+        row = Row(ids, adapter, request.sampling.max_new_tokens, matcher, owner=owner,
+                  prefix_len=self._system_prefix_len(request.messages, ids))
+        row.meta = {"guided_json_error": grammar[:300]} if isinstance(grammar, str) else {}
+        return row
+
+    def _system_prefix_len(self, messages: list[Message], ids: list[int]) -> int:
+        """How many leading prompt tokens are the rendered system message (0 when there is
+        none, or when tokenising the whole prompt splits it differently)."""
+        if not messages or messages[0]["role"] != "system":
+            return 0
+        system = messages[0]["content"]
+        if system not in self._system_ids:
+            text = self.tokenizer.apply_chat_template([messages[0]], tokenize=False,
+                                                      enable_thinking=self.enable_thinking)
+            self._system_ids[system] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        prefix = self._system_ids[system]
+        return len(prefix) if ids[:len(prefix)] == prefix else 0
+
+    def _generation(self, row, latency: float, batch_size: int) -> Generation:
+        return Generation(
+            text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+            backend=self.name,
+            adapter=None if row.adapter == BASE_ADAPTER else row.adapter,
+            prompt_tokens=len(row.prompt_ids),
+            completion_tokens=len(row.tokens),
+            latency_s=latency,
+            meta={**row.meta, "batch_size": batch_size} if batch_size > 1 else row.meta,
+        )
+
+    def _forward_last(self, input_ids, attention_mask, position_ids, cache, adapter_names: list[str]) -> torch.Tensor:
+        """Logits of each row's last position, each row through its own adapter."""
+        kwargs, context = self._adapter_routing(adapter_names)
+        with context:
+            out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
+                             position_ids=position_ids.to(self.device), cache=cache, use_cache=True,
+                             logits_to_keep=1, **kwargs)
+        return out.logits[:, -1, :].float()
+
+    def _mask_to_grammars(self, rows, logits: torch.Tensor) -> None:
+        """Mask each constrained row's logits (in place) to what its grammar allows next."""
+        if all(row.matcher is None or row.matcher.is_terminated() for row in rows):
+            return
+        import xgrammar as xgr
+
+        bitmask = xgr.allocate_token_bitmask(len(rows), self.model.config.vocab_size)
+        for i, row in enumerate(rows):
+            if row.matcher is not None and not row.matcher.is_terminated():
+                row.matcher.fill_next_token_bitmask(bitmask, i)
+        on_cpu = logits.device.type != "cuda"
+        target = logits.cpu() if on_cpu and logits.device.type != "cpu" else logits
+        xgr.apply_token_bitmask_inplace(target, bitmask.to(target.device))
+        if target is not logits:
+            logits.copy_(target)
+
+    def _adapter_routing(self, adapter_names: list[str]):
+        """(forward kwargs, context) that route each row to its adapter (or the bare base)."""
+        if len(set(adapter_names)) > 1:
+            return {"adapter_names": adapter_names}, nullcontext()
+        if adapter_names[0] == BASE_ADAPTER:
+            return {}, (self.model.disable_adapter() if self.adapters else nullcontext())
+        if self._active_adapter != adapter_names[0]:
+            self.model.set_adapter(adapter_names[0])
+            self._active_adapter = adapter_names[0]
+        return {}, nullcontext()
 
     def _generate_chunk(self, requests: list[GenerationRequest]) -> list[Generation]:
         """One ``generate`` call for requests that share temperature, top_p and seed."""
@@ -244,18 +389,7 @@ class TransformersBackend:
             prompts, return_tensors="pt", padding=True, add_special_tokens=False
         ).to(self.device)
         adapter_names = [r.role if r.role in self.adapters else BASE_ADAPTER for r in requests]
-
-        kwargs = {}
-        if len(set(adapter_names)) > 1:
-            kwargs["adapter_names"] = adapter_names
-            context = nullcontext()
-        elif adapter_names[0] == BASE_ADAPTER:
-            context = self.model.disable_adapter() if self.adapters else nullcontext()
-        else:
-            if self._active_adapter != adapter_names[0]:
-                self.model.set_adapter(adapter_names[0])
-                self._active_adapter = adapter_names[0]
-            context = nullcontext()
+        kwargs, context = self._adapter_routing(adapter_names)
 
         config = self._generation_config(sampling)
         if sampling.temperature > 0 and sampling.seed is not None:

@@ -2,10 +2,16 @@
 
 Episodes run in threads and call ``generate(role, messages, sampling)`` as usual; the
 :class:`BatchingBackend` queues each call and a single worker thread serves what is pending
-as one mixed-adapter batch through the wrapped backend's ``generate_batch`` (peft
-``adapter_names`` per row, a JSON-schema grammar per row). While a batch decodes, new calls
-queue up and form the next one: dynamic batching in the spirit of vLLM / S-LoRA, at the
-granularity of whole role calls (transformers' ``generate`` cannot admit rows mid-decode).
+as one mixed-adapter batch (peft ``adapter_names`` per row, a JSON-schema grammar per row).
+
+Two ways to serve, chosen by what the wrapped backend offers:
+
+* **continuous** (``decode_stream``, the in-process ``TransformersBackend``): calls join the
+  running batch between decoding steps and leave it as soon as their answer is complete,
+  so an episode's next call does not wait for other episodes' longer answers — vLLM /
+  S-LoRA's iteration-level scheduling (:mod:`heart.runtime.continuous`);
+* **whole batches** (``generate_batch``, any backend): while a batch decodes, new calls
+  queue up and form the next one.
 
 When to close a batch: at ``max_batch_size`` pending calls, when every registered client is
 waiting (episodes register with ``with backend.client():``, so the scheduler knows nobody
@@ -137,6 +143,7 @@ class BatchingBackend:
         return time.monotonic() - self._first_pending_at >= self.max_wait_s
 
     def _serve(self) -> None:
+        stream = getattr(self.inner, "decode_stream", None)
         while True:
             with self._cond:
                 while not self._ready():
@@ -146,11 +153,50 @@ class BatchingBackend:
                     if self._pending:
                         timeout = max(0.0, self._first_pending_at + self.max_wait_s - time.monotonic())
                     self._cond.wait(timeout)
-                batch = self._pending[: self.max_batch_size]
-                self._pending = self._pending[self.max_batch_size :]
+                if stream is not None and all(r.sampling.temperature == 0 for r, _ in self._pending):
+                    batch = None  # the stream takes them (and whatever arrives while it decodes)
+                else:
+                    batch = self._pending[: self.max_batch_size]
+                    self._pending = self._pending[self.max_batch_size :]
                 # Calls left over from a full batch have waited already: they go next.
                 self._first_pending_at = 0.0
-            self._run(batch)
+            if batch is None:
+                self._stream(stream)
+            else:
+                self._run(batch)
+
+    def _stream(self, stream) -> None:
+        """Continuous batching: the wrapped backend admits calls while it decodes others.
+
+        Its ``decode_stream(take, done)`` asks for newly pending calls before every decoding
+        step and answers each as soon as it is complete, so an episode's next role call joins
+        the running batch instead of waiting for the batch's slowest answer.
+        """
+        in_flight: set[Future] = set()
+
+        def take() -> list[tuple[GenerationRequest, Future]]:
+            with self._cond:
+                greedy = [(r, f) for r, f in self._pending if r.sampling.temperature == 0]
+                self._pending = [(r, f) for r, f in self._pending if r.sampling.temperature != 0]
+                if greedy:
+                    self._stats.batches += 1
+                    self._stats.batch_sizes[len(greedy)] = self._stats.batch_sizes.get(len(greedy), 0) + 1
+            in_flight.update(f for _, f in greedy)
+            return greedy
+
+        def done(future: Future, generation: Generation) -> None:
+            in_flight.discard(future)
+            future.set_result(generation)
+            with self._cond:
+                self._stats.calls += 1
+
+        try:
+            stream(take, done)
+        except BaseException as err:  # every call it had taken fails with the error; the worker lives on
+            for future in in_flight:
+                future.set_exception(err)
+            with self._cond:
+                self._stats.calls += len(in_flight)
 
     def _run(self, batch: list[tuple[GenerationRequest, Future]]) -> None:
         requests = [request for request, _ in batch]

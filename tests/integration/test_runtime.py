@@ -8,6 +8,7 @@ attention has no kernel for tiny-qwen3's head_dim of 16. Parity is skipped witho
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def test_parity_peft_vs_vllm_for_all_four_roles(smollm2_path, tmp_path):
 def test_the_unadapted_view_shares_the_model_and_answers_as_the_bare_base(tiny_adapters):
     """eval e2e --base-out: the base side's calls batch with the distilled side's on one model,
     and each is answered as if the other side did not exist."""
-    from eval.e2e import UnadaptedView
+    from eval.models import UnadaptedView
     from heart.runtime.hf import TransformersBackend
     from heart.runtime.scheduler import BatchingBackend
 
@@ -142,3 +143,84 @@ def test_the_unadapted_view_shares_the_model_and_answers_as_the_bare_base(tiny_a
     assert [g.adapter for g in answers[4:]] == [r.role for r in requests]
     assert shared.stats().batch_sizes == {8: 1}  # one mixed batch served both sides
     shared.close()
+
+
+@pytest.mark.slow
+def test_continuous_decoding_equals_generate_while_rows_join_and_leave(tiny_adapters):
+    """Rows of different budgets, adapters and grammars through a batch of 2: each row joins as
+    another leaves, and every answer is token for token what ``generate`` gives."""
+    from heart.runtime.hf import TransformersBackend
+
+    backend = TransformersBackend("tiny-qwen3", adapters=tiny_adapters, max_batch_size=2)
+    requests = _requests() + _requests()[::-1]
+    continuous = backend.generate_batch(requests)
+    stats = backend.last_decode_stats
+    backend.decoding = "generate"
+    reference = backend.generate_batch(requests)
+    assert [g.text for g in continuous] == [g.text for g in reference]
+    assert [g.completion_tokens for g in continuous] == [g.completion_tokens for g in reference]
+    assert [g.adapter for g in continuous] == [r.role for r in requests]
+    assert stats.max_running == 2 and stats.prefills >= 4  # later rows joined a running batch
+    # The decoder never ran a finished row: its work is the rows' own tokens, not 2 x the longest.
+    assert stats.row_steps <= sum(g.completion_tokens for g in continuous)
+
+
+@pytest.mark.slow
+def test_a_call_joins_the_running_batch_without_waiting_for_its_longest_answer(tiny_adapters):
+    """Through the scheduler, an episode whose answer is short sends its next call and gets
+    it answered while another episode's long answer is still decoding."""
+    from heart.runtime.hf import TransformersBackend
+    from heart.runtime.scheduler import BatchingBackend
+
+    inner = TransformersBackend("tiny-qwen3", adapters=tiny_adapters)
+    ask = [{"role": "user", "content": "List the files, then open the largest."}]
+    long_call = GenerationRequest("planner", ask, SamplingConfig(max_new_tokens=48))
+    short_calls = [GenerationRequest("primitive", [{"role": "user", "content": "ls"}],
+                                     SamplingConfig(max_new_tokens=20, guided_json=CALL))] * 3
+    expected_long = inner.generate(long_call.role, long_call.messages, long_call.sampling)
+    assert expected_long.completion_tokens == 48  # long enough to outlast the short calls
+    backend = BatchingBackend(inner, max_batch_size=4, max_wait_s=5.0)
+    finished: dict[str, float] = {}
+    everyone = threading.Barrier(2)
+
+    def long_episode():
+        with backend.client():
+            everyone.wait()
+            text = backend.generate(long_call.role, long_call.messages, long_call.sampling).text
+            finished["long"] = time.monotonic()
+            return [text]
+
+    def short_episode():
+        with backend.client():
+            everyone.wait()
+            texts = [backend.generate(r.role, r.messages, r.sampling).text for r in short_calls]
+            finished["short"] = time.monotonic()
+            return texts
+
+    with ThreadPoolExecutor(2) as pool:
+        long_texts, short_texts = pool.submit(long_episode), pool.submit(short_episode)
+        assert long_texts.result() == [expected_long.text]
+        assert [json.loads(t) for t in short_texts.result()] == [{"tool": "ls"}] * 3
+    assert finished["short"] < finished["long"]  # three calls in sequence, inside one long answer
+    backend.close()
+
+
+@pytest.mark.slow
+def test_a_shared_system_prompt_is_prefilled_once_per_adapter_and_answers_do_not_change(tiny_adapters):
+    from heart.runtime.hf import TransformersBackend
+
+    system = {"role": "system", "content": "You are the HEART harness's role model. " * 8}
+    requests = [GenerationRequest(role, [system, {"role": "user", "content": f"Task {i}: list the files."}],
+                                  SamplingConfig(max_new_tokens=10 + 3 * i))
+                for i, role in enumerate(["planner", "router", "planner", "base", "router", "base"])]
+    backend = TransformersBackend("tiny-qwen3", adapters=tiny_adapters, max_batch_size=3)
+    reused = backend.generate_batch(requests)
+    stats = backend.last_decode_stats
+    assert len(backend._prefix_cache) == 3  # planner, router and the bare base: one prefix each
+    prefix = next(iter(backend._prefix_cache.values()))[0][0].shape[-2]
+    assert stats.prefix_tokens_reused == prefix * len(requests)
+    backend.reuse_prefixes = False
+    assert [g.text for g in backend.generate_batch(requests)] == [g.text for g in reused]
+    assert backend.last_decode_stats.prefix_tokens_reused == 0
+    backend.decoding = "generate"
+    assert [g.text for g in backend.generate_batch(requests)] == [g.text for g in reused]

@@ -169,7 +169,9 @@ def test_the_unadapted_view_asks_for_the_base():
 
     from heart.runtime.base import GenerationRequest
 
-    view = e2e.UnadaptedView(Recorder())
+    from eval.models import UnadaptedView
+
+    view = UnadaptedView(Recorder())
     view.generate("planner", [])
     view.generate_batch([GenerationRequest("router", [], None)])
     assert asked == ["base", "base"] and view.client() == "client"

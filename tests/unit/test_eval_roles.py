@@ -187,3 +187,40 @@ def test_over_long_prompts_are_left_out_and_counted(heldout, smollm2_path):
     kept, left_out = load_role_rows(heldout, "verifier", "test", None, 0, fits)
     assert left_out > 0 and len(kept) + left_out == len(all_rows)
     assert all(fits(row) for row in kept) and not all(fits(row) for row in all_rows)
+
+
+def test_base_out_answers_both_sides_on_one_shared_backend(heldout, tmp_path, monkeypatch):
+    import dataclasses
+    import threading
+
+    import eval.models
+    from eval.roles import run_sides
+
+    for role in ROLES:
+        (tmp_path / "adapters" / role).mkdir(parents=True)
+        (tmp_path / "adapters" / role / "adapter_config.json").write_text("{}")
+    seen, lock, built = [], threading.Lock(), []
+
+    def answer(role, messages):
+        with lock:
+            seen.append(role)
+        return "not json"
+
+    def one_model(models, max_batch_size=8):
+        built.append((models.label, max_batch_size))
+        return ScriptedBackend(answer, name="shared")
+
+    monkeypatch.setattr(eval.models, "shared_backend", one_model)
+    distilled = RoleEvalConfig(data=str(heldout), out=str(tmp_path / "distilled"),
+                               roles_spec=str(tmp_path / "adapters"), roles=("verifier",), batch_size=4)
+    base = dataclasses.replace(distilled, roles_spec="base", out=str(tmp_path / "base"))
+    results = run_sides([distilled, base])
+    assert built == [("distilled", 8)]  # one model for both sides, with room for both batches
+    assert [r["label"] for r in results] == ["distilled", "base"]
+    assert results[1]["backend"] == "shared (unadapted)"
+    rows = results[0]["counts"]["verifier"]["rows"]
+    assert rows == results[1]["counts"]["verifier"]["rows"] > 0
+    assert sorted(seen) == ["base"] * rows + ["verifier"] * rows  # the base side asked as the bare base
+    assert (tmp_path / "base" / "roles.json").is_file() and (tmp_path / "distilled" / "roles.json").is_file()
+    with pytest.raises(ValueError, match="limit"):
+        run_sides([distilled, dataclasses.replace(base, limit=3)])
