@@ -7,7 +7,10 @@ BFCL dev tasks and its trace gives the exact messages each role was sent; four L
 serve the roles on SmolLM2-135M. Decoding is greedy and unconstrained (xgrammar costs ~5%).
 "Today" (every ``over_today`` ratio's denominator) is the runtime as the runtime issue found
 it: fp32, one call at a time, transformers' dynamic KV cache. ``fp32_sequential`` is the
-same with the static cache the CPU backend now uses by default.
+same through the backend's default now (its own continuous decoding loop);
+``fp32_batched_whole_batches`` is the scheduler with whole ``generate`` batches (before
+continuous batching), ``fp32_batched`` with continuous batching. ``mean_batch`` is the
+scheduler's calls per batch (continuous: per admission into the running batch).
 
     OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens 32] [--batch 8]
         [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching

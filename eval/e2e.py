@@ -40,7 +40,7 @@ import numpy as np
 
 from eval.bfcl_ast import AST_CATEGORIES
 from eval.formats import ROLES
-from eval.models import RoleModels, resolve_role_models, shared_backend, shared_backends
+from eval.models import RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends
 from eval.roles import MAX_NEW_TOKENS
 from eval.stats import bootstrap, pass_hat_k
 from heart.runtime.base import Backend, SamplingConfig
@@ -240,11 +240,7 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
     from tqdm import tqdm
 
     first = configs[0]
-    for other in configs[1:]:
-        differs = [f.name for f in dataclasses.fields(E2EConfig) if f.name not in ("roles_spec", "out")
-                   and getattr(other, f.name) != getattr(first, f.name)]
-        if differs:
-            raise ValueError(f"sides run together must share every setting but --roles/--out; {differs} differ")
+    check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
     environment = load_environment(first.env, first.category)
     task_ids = environment.task_ids(first.split)

@@ -126,3 +126,16 @@ def shared_backends(models: list[RoleModels], max_batch_size: int) -> list[Any]:
         return [None] * len(models)
     shared = BatchingBackend(shared_backend((adapted or local)[0], max_batch_size), max_batch_size=max_batch_size)
     return [None if m.teacher is not None else shared if m.adapters else UnadaptedView(shared) for m in models]
+
+
+def check_sides_agree(configs: list[Any]) -> None:
+    """Sides run together answer the same inputs: every setting but ``roles_spec`` and
+    ``out`` must match (ValueError naming the ones that differ)."""
+    import dataclasses
+
+    first = configs[0]
+    for other in configs[1:]:
+        differs = [f.name for f in dataclasses.fields(first) if f.name not in ("roles_spec", "out")
+                   and getattr(other, f.name) != getattr(first, f.name)]
+        if differs:
+            raise ValueError(f"sides run together must share every setting but --roles/--out; {differs} differ")

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 from eval.formats import ROLES, canonical
 from eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
-from eval.models import RoleModels, resolve_role_models, shared_backend
+from eval.models import RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends
 from eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
 from heart.roles.common import role_input
 from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
@@ -286,14 +286,7 @@ def run_sides(configs: list[RoleEvalConfig], argv: list[str] | None = None) -> l
     batch is twice as full and the model loads once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from eval.models import shared_backends
-
-    first = configs[0]
-    for other in configs[1:]:
-        differs = [f.name for f in dataclasses.fields(RoleEvalConfig) if f.name not in ("roles_spec", "out")
-                   and getattr(other, f.name) != getattr(first, f.name)]
-        if differs:
-            raise ValueError(f"sides run together must share every setting but --roles/--out; {differs} differ")
+    check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
     backends = shared_backends(models, sum(c.batch_size for c in configs)) if len(configs) > 1 else [None]
     if not any(backends):

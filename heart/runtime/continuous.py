@@ -273,8 +273,7 @@ class ContinuousDecoder:
             parts.append(([(layer.keys, layer.values) for layer in new_cache.layers], new_mask))
             kept_next += [row.tokens[-1] for row in joining]
         rows = kept_rows + joining
-        # Rows whose first token already ended them (a stop, or a budget of 1) never decode.
-        if not parts:
+        if not parts:  # everyone left and nobody joined
             return [], [], None, None
         width = max(part_mask.shape[1] for _, part_mask in parts)
         # Columns every staying row has as padding are dropped: the batch's width follows

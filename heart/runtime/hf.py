@@ -223,17 +223,17 @@ class TransformersBackend:
     def generate(
         self, role: str, messages: list[Message], sampling: SamplingConfig | None = None
     ) -> Generation:
-        request = GenerationRequest(role, messages, sampling or SamplingConfig())
-        return self._generate_chunk([request])[0]
+        return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        """Left-padded batches of at most ``max_batch_size``, mixing roles and schemas.
+        """Batches of at most ``max_batch_size`` rows, mixing roles and schemas.
 
-        Requests are grouped by how they decode (temperature, top_p, seed); within a group
-        each row keeps its own adapter (peft ``adapter_names``), its own JSON-schema grammar
-        and its own ``max_new_tokens`` (the batch decodes to the largest and each row is cut
-        at its own limit: greedy decoding makes that the same answer). Each Generation's
-        ``latency_s`` is the wall time of the batch that served it.
+        Each row keeps its own adapter (peft ``adapter_names``), its own JSON-schema grammar
+        and its own ``max_new_tokens``. Greedy requests decode continuously (``decoding``,
+        see :data:`DECODINGS`); the others are grouped by how they decode (temperature,
+        top_p, seed) into left-padded ``generate`` batches that run to their largest budget,
+        each row cut at its own. ``latency_s`` is how long the request took: until its row
+        left the batch (continuous), or the wall time of its ``generate`` batch.
         """
         results: list[Generation | None] = [None] * len(requests)
         greedy = [i for i, r in enumerate(requests) if r.sampling.temperature == 0]
@@ -257,10 +257,10 @@ class TransformersBackend:
         """Greedy requests through :class:`~heart.runtime.continuous.ContinuousDecoder`."""
         start = time.perf_counter()
         rows = [self._row(request) for request in requests]
+        left_at: dict[int, float] = {}  # a row's latency is until *it* left the batch
         with torch.inference_mode():
-            self._decoder().run(rows)
-        latency = time.perf_counter() - start
-        return [self._generation(row, latency, len(requests)) for row in rows]
+            self._decoder().run(rows, on_finish=lambda row: left_at.setdefault(id(row), time.perf_counter()))
+        return [self._generation(row, left_at[id(row)] - start, len(requests)) for row in rows]
 
     def decode_stream(self, take, done) -> None:
         """Serve greedy requests as they arrive, until none is waiting or decoding.
