@@ -40,7 +40,8 @@ import numpy as np
 
 from eval.bfcl_ast import AST_CATEGORIES
 from eval.formats import ROLES
-from eval.models import RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends
+from eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
+                         with_base_side)
 from eval.roles import MAX_NEW_TOKENS
 from eval.stats import bootstrap, pass_hat_k
 from heart.runtime.base import Backend, SamplingConfig
@@ -366,11 +367,7 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        configs = [config]
-        if args.base_out:
-            if config.roles_spec == "base":
-                raise ValueError("--base-out runs the base beside --roles; --roles is already base")
-            configs.append(dataclasses.replace(config, roles_spec="base", out=args.base_out))
+        configs = with_base_side(config, args.base_out)
         all_results = run_sides(configs, argv=full_argv)
     except (FileNotFoundError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)

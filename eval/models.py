@@ -139,3 +139,15 @@ def check_sides_agree(configs: list[Any]) -> None:
                    and getattr(other, f.name) != getattr(first, f.name)]
         if differs:
             raise ValueError(f"sides run together must share every setting but --roles/--out; {differs} differ")
+
+
+def with_base_side(config: Any, base_out: str | None) -> list[Any]:
+    """``[config]``, plus the unadapted base on the same inputs into ``base_out`` when given
+    (``--base-out``); ValueError when ``config`` is the base already."""
+    import dataclasses
+
+    if not base_out:
+        return [config]
+    if config.roles_spec == "base":
+        raise ValueError("--base-out runs the base beside --roles; --roles is already base")
+    return [config, dataclasses.replace(config, roles_spec="base", out=base_out)]

@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 
 from eval.formats import ROLES, canonical
 from eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
-from eval.models import RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends
+from eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
+                         with_base_side)
 from eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
 from heart.roles.common import role_input
 from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
@@ -362,11 +363,7 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        configs = [config]
-        if args.base_out:
-            if config.roles_spec == "base":
-                raise ValueError("--base-out adds the base side to adapters or a teacher; --roles is base already")
-            configs.append(dataclasses.replace(config, roles_spec="base", out=args.base_out))
+        configs = with_base_side(config, args.base_out)
         every_results = run_sides(configs, argv=full_argv)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -120,8 +120,8 @@ class ContinuousDecoder:
     """Greedy continuous batching over one causal LM (optionally a peft model with adapters).
 
     ``forward(input_ids, attention_mask, position_ids, cache, adapter_names)`` runs
-    the model and returns logits of the last position; ``grammar_mask(rows, logits)`` applies
-    each row's grammar in place. ``TransformersBackend`` supplies both.
+    the model and returns logits of the last position; ``grammar_mask(rows, logits)`` returns
+    them masked to each row's grammar. ``TransformersBackend`` supplies both.
     """
 
     def __init__(self, forward: Callable, grammar_mask: Callable, stop_token_ids: list[int], pad_token_id: int,
@@ -196,8 +196,7 @@ class ContinuousDecoder:
 
     def _choose(self, rows: list[Row], logits: torch.Tensor) -> list[int]:
         """Greedy next token of every row (inside its grammar); appended to each row."""
-        self.grammar_mask(rows, logits)
-        chosen = logits.argmax(dim=-1).tolist()
+        chosen = self.grammar_mask(rows, logits).argmax(dim=-1).tolist()
         for row, token in zip(rows, chosen):
             row.tokens.append(token)
             if row.matcher is not None and not row.matcher.is_terminated():

@@ -26,18 +26,31 @@ class RowGrammarProcessor(transformers.LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[0] != len(self.matchers):
             raise RuntimeError(f"batch of {input_ids.shape[0]} rows for {len(self.matchers)} grammars")
-        for i, matcher in enumerate(self.matchers):
-            if matcher is None:
-                continue
-            # From the second call on, the last column is the token this row just sampled.
-            if self.started and not matcher.is_terminated():
-                matcher.accept_token(int(input_ids[i, -1]))
-            if matcher.is_terminated():  # a finished row only produces padding
-                self.bitmask[i].fill_(-1)
-            else:
-                matcher.fill_next_token_bitmask(self.bitmask, i)
+        # From the second call on, the last column is the token each row just sampled.
+        if self.started:
+            for i, matcher in enumerate(self.matchers):
+                if matcher is not None and not matcher.is_terminated():
+                    matcher.accept_token(int(input_ids[i, -1]))
         self.started = True
-        device = scores.device
-        scores = scores.to("cpu") if device.type != "cuda" else scores
-        xgr.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device))
-        return scores.to(device)
+        return mask_to_grammars(self.matchers, scores, self.bitmask)
+
+
+def mask_to_grammars(matchers: list["xgr.GrammarMatcher | None"], scores: torch.Tensor,
+                     bitmask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mask each row's scores to the tokens its matcher allows next (None, or a terminated
+    matcher: the row is left as is); returns the masked scores on their own device.
+    ``bitmask`` is reused when given (``xgr.allocate_token_bitmask(rows, vocab_size)``)."""
+    if all(m is None or m.is_terminated() for m in matchers):
+        return scores
+    if bitmask is None:
+        bitmask = xgr.allocate_token_bitmask(len(matchers), scores.shape[-1])
+    for i, matcher in enumerate(matchers):
+        if matcher is None or matcher.is_terminated():  # a finished row only produces padding
+            bitmask[i].fill_(-1)
+        else:
+            matcher.fill_next_token_bitmask(bitmask, i)
+    device = scores.device
+    # xgrammar applies a bitmask on CUDA or CPU tensors only
+    on_host = scores if device.type in ("cuda", "cpu") else scores.to("cpu")
+    xgr.apply_token_bitmask_inplace(on_host, bitmask.to(on_host.device))
+    return on_host.to(device)

@@ -283,10 +283,8 @@ class TransformersBackend:
             latency = time.perf_counter() - arrived.pop(id(row.owner))
             done(row.owner, self._generation(row, latency, self.last_decode_stats.max_running))
 
-        decoder = self._decoder()
-        self.last_decode_stats = decoder.stats
         with torch.inference_mode():
-            decoder.run([], poll=poll, on_finish=finish)
+            self._decoder().run([], poll=poll, on_finish=finish)
 
     def _decoder(self):
         from heart.runtime.continuous import ContinuousDecoder
@@ -312,10 +310,9 @@ class TransformersBackend:
 
             matcher = xgr.GrammarMatcher(grammar)
         adapter = request.role if request.role in self.adapters else BASE_ADAPTER
-        row = Row(ids, adapter, request.sampling.max_new_tokens, matcher, owner=owner,
-                  prefix_len=self._system_prefix_len(request.messages, ids))
-        row.meta = {"guided_json_error": grammar[:300]} if isinstance(grammar, str) else {}
-        return row
+        return Row(ids, adapter, request.sampling.max_new_tokens, matcher, owner=owner,
+                   prefix_len=self._system_prefix_len(request.messages, ids),
+                   meta={"guided_json_error": grammar[:300]} if isinstance(grammar, str) else {})
 
     def _system_prefix_len(self, messages: list[Message], ids: list[int]) -> int:
         """How many leading prompt tokens are the rendered system message (0 when there is
@@ -350,21 +347,12 @@ class TransformersBackend:
                              logits_to_keep=1, **kwargs)
         return out.logits[:, -1, :].float()
 
-    def _mask_to_grammars(self, rows, logits: torch.Tensor) -> None:
-        """Mask each constrained row's logits (in place) to what its grammar allows next."""
-        if all(row.matcher is None or row.matcher.is_terminated() for row in rows):
-            return
-        import xgrammar as xgr
+    @staticmethod
+    def _mask_to_grammars(rows, logits: torch.Tensor) -> torch.Tensor:
+        """Each constrained row's logits masked to what its grammar allows next."""
+        from heart.runtime.grammar import mask_to_grammars
 
-        bitmask = xgr.allocate_token_bitmask(len(rows), self.model.config.vocab_size)
-        for i, row in enumerate(rows):
-            if row.matcher is not None and not row.matcher.is_terminated():
-                row.matcher.fill_next_token_bitmask(bitmask, i)
-        on_cpu = logits.device.type != "cuda"
-        target = logits.cpu() if on_cpu and logits.device.type != "cpu" else logits
-        xgr.apply_token_bitmask_inplace(target, bitmask.to(target.device))
-        if target is not logits:
-            logits.copy_(target)
+        return mask_to_grammars([row.matcher for row in rows], logits)
 
     def _adapter_routing(self, adapter_names: list[str]):
         """(forward kwargs, context) that route each row to its adapter (or the bare base)."""
