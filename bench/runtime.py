@@ -11,6 +11,9 @@ same through the backend's default now (its own continuous decoding loop);
 ``fp32_batched_whole_batches`` is the scheduler with whole ``generate`` batches (before
 continuous batching), ``fp32_batched`` with continuous batching. ``mean_batch`` is the
 scheduler's calls per batch (continuous: per admission into the running batch).
+``llamacpp_*`` serve the same fp32 weights and adapters with llama.cpp
+(:mod:`heart.runtime.llamacpp`): one call at a time, 8 clients through the scheduler, all
+16 calls in one ``generate_batch``; the episodes run concurrently on it too.
 
     OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens 32] [--batch 8]
         [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching
@@ -21,6 +24,7 @@ Prints a JSON report (also written to --out).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -29,6 +33,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -63,13 +68,19 @@ def harvest_requests(calls: int, new_tokens: int):
     return requests
 
 
-def make_adapters(base_path: str, out: Path) -> dict[str, str]:
+def make_adapters(base_path: str, out: Path, top_layers: int | None = 8) -> dict[str, str]:
+    """Four adapters shaped as ``recipes/smollm2-135m`` trains them: r=8 on every linear layer
+    of the top ``top_layers`` decoder layers (None: of all 30)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from train.adapter import linear_module_names, lora_placement
+
     base = AutoModelForCausalLM.from_pretrained(base_path)
-    config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    placement = lora_placement(SimpleNamespace(target_modules="all-linear", top_layers=top_layers), base,
+                               linear_module_names(base))
+    config = LoraConfig(r=8, lora_alpha=16, task_type="CAUSAL_LM", **placement)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(0)
         model = get_peft_model(base, config, adapter_name=ROLES[0])
@@ -120,7 +131,26 @@ def all_at_once(backend, requests):
     outs = backend.generate_batch(requests)
     wall = time.perf_counter() - start
     backend.max_batch_size = limit
-    return outs, wall, float(backend.last_decode_stats.mean_running)
+    stats = getattr(backend, "last_decode_stats", None)
+    return (outs, wall, float(stats.mean_running)) if stats is not None else (outs, wall)
+
+
+def fresh_llama(adapters: dict[str, str], weights: str, batch: int):
+    """A llama.cpp backend whose role contexts exist (graphs built) but hold no bench prompt."""
+    from heart.runtime.base import SamplingConfig
+    from heart.runtime.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend("smollm2-135m", adapters=adapters, weights=weights, max_batch_size=batch)
+    for role in ROLES:
+        backend.generate(role, [{"role": "user", "content": "hi"}], SamplingConfig(max_new_tokens=2))
+    return backend
+
+
+def timed_batch(backend, requests):
+    """Every call in one ``generate_batch`` call."""
+    start = time.perf_counter()
+    outs = backend.generate_batch(requests)
+    return outs, time.perf_counter() - start
 
 
 def agreement(reference, other, tokenizer) -> dict:
@@ -235,9 +265,27 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
     with ThreadPoolExecutor(len(tasks)) as pool:
         list(pool.map(one, tasks))
     t_fast = time.perf_counter() - t
+    fast_mean = fast.stats().mean_batch_size
+    fast.close()
+    del fast
+    llama_s = {}
+    for weights in ("f32", "f16"):
+        llama = BatchingBackend(fresh_llama(adapters, weights, batch), max_batch_size=batch)
+
+        def one_llama(task):
+            with llama.client():
+                run_episode(env, task, llama, config=config, sampling=sampling)
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(len(tasks)) as pool:
+            list(pool.map(one_llama, tasks))
+        llama_s[weights] = time.perf_counter() - t
+        llama.close()
     return {"n_tasks": n, "settings": "budget 0, plans <= 2 steps, constrained, "
             f"max_new_tokens {max_new_tokens}", "today_s": round(t_today, 1), "continuous_s": round(t_fast, 1),
-            "mean_batch": round(fast.stats().mean_batch_size, 2), "ratio": round(t_fast / t_today, 3)}
+            "mean_batch": round(fast_mean, 2), "ratio": round(t_fast / t_today, 3),
+            **{f"llamacpp_{w}_continuous_s": round(t, 1) for w, t in llama_s.items()},
+            **{f"llamacpp_{w}_ratio": round(t / t_today, 3) for w, t in llama_s.items()}}
 
 
 def main() -> int:
@@ -248,6 +296,9 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=0, help="BFCL dev episodes to time (0: skip)")
     parser.add_argument("--episode-new-tokens", type=int, default=64, help="max new tokens per role call in episodes")
     parser.add_argument("--only-episodes", action="store_true", help="skip the call-level measurements")
+    parser.add_argument("--skip-torch-variants", action="store_true",
+                        help="of the torch sides, run only today's and continuous batching (not int8, whole "
+                             "generate batches, all at once, the static-cache sequential); no memory figures")
     parser.add_argument("--out", default=str(REPO / "bench" / "runtime.json"))
     args = parser.parse_args()
 
@@ -281,15 +332,29 @@ def main() -> int:
         for backend in (dynamic, fp32, whole, int8):  # warm-up
             backend.generate("planner", requests[0].messages, requests[0].sampling)
         runs = {}
+        every = not args.skip_torch_variants
         runs["fp32_sequential_dynamic_cache"] = sequential(dynamic, requests)
         del dynamic
-        runs["fp32_sequential"] = sequential(fp32, requests)
-        runs["int8_sequential"] = sequential(int8, requests)
-        runs["fp32_batched_whole_batches"] = batched(whole, requests, args.batch)
+        if every:
+            runs["fp32_sequential"] = sequential(fp32, requests)
+            runs["int8_sequential"] = sequential(int8, requests)
+            runs["fp32_batched_whole_batches"] = batched(whole, requests, args.batch)
         del whole
         runs["fp32_batched"] = batched(fp32, requests, args.batch)  # continuous batching
-        runs["fp32_all_at_once"] = all_at_once(fp32, requests)  # how `heart eval roles` hands them
-        runs["int8_batched"] = batched(int8, requests, args.batch)
+        if every:
+            runs["fp32_all_at_once"] = all_at_once(fp32, requests)  # how `heart eval roles` hands them
+            runs["int8_batched"] = batched(int8, requests, args.batch)
+        # llama.cpp on the same fp32 weights (and on f16 weights): one call at a time, 8
+        # clients through the scheduler, all 16 in one generate_batch (4 per role context).
+        # A fresh backend each time: a slot keeps its last prompt, so a second run of the
+        # same 16 prompts would find them cached.
+        for weights in ("f32", "f16"):
+            prefix = "llamacpp" if weights == "f32" else "llamacpp_f16"
+            runs[f"{prefix}_sequential"] = sequential(fresh_llama(adapters, weights, args.batch), requests)
+            runs[f"{prefix}_batched"] = batched(fresh_llama(adapters, weights, args.batch), requests, args.batch)
+            llama = fresh_llama(adapters, weights, args.batch)
+            runs[f"{prefix}_all_at_once"] = timed_batch(llama, requests)
+            report[f"{prefix}_all_at_once_stats"] = dataclasses.asdict(llama.stats)
         base_outs, base_wall = runs["fp32_sequential_dynamic_cache"]
         base_rate = tok_s(base_outs, base_wall)
         report["throughput"] = {}
@@ -299,9 +364,10 @@ def main() -> int:
                                           **({"mean_batch": round(rest[0], 2)} if rest else {}),
                                           "agreement_with_today": agreement(base_outs, outs, fp32.tokenizer)}
         print(json.dumps(report["throughput"], indent=1), flush=True)
-        report["switch_cost"] = switch_cost(fp32, requests[0])
-        report["mixed_vs_single_adapter_batch"] = mixed_vs_single(fp32, requests, args.batch)
-        report["memory"] = memory(fp32, int8, base_path)
+        if every:
+            report["switch_cost"] = switch_cost(fp32, requests[0])
+            report["mixed_vs_single_adapter_batch"] = mixed_vs_single(fp32, requests, args.batch)
+            report["memory"] = memory(fp32, int8, base_path)
         del fp32, int8
         if args.episodes:
             report["episodes"] = episodes(adapters, args.episodes, args.batch, args.episode_new_tokens)

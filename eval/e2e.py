@@ -78,6 +78,8 @@ class E2EConfig:
     """Only these tasks (each must belong to ``split``: held-out discipline)."""
     concurrency: int = 4
     """Episodes in flight at once."""
+    engine: str = "peft"
+    """In-process engine for the base and its adapters: peft or llamacpp (heart.runtime.engines)."""
     budget: int = 3
     max_clarifications: int = 2
     max_plan_steps: int = 6
@@ -224,7 +226,7 @@ class Side:
 def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> list[Any]:
     """One backend per side: in-process sides on one base share it (:func:`eval.models.shared_backends`)."""
     concurrency = sum(c.concurrency for c, m in zip(configs, models) if m.teacher is None)
-    return shared_backends(models, concurrency)
+    return shared_backends(models, concurrency, configs[0].engine)
 
 
 def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,
@@ -260,7 +262,7 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
     for config, side_models, given, together in zip(configs, models, backends, shared):
         backend = given or together
         if backend is None:
-            backend = shared_backend(side_models)
+            backend = shared_backend(side_models, engine=config.engine)
             if backend is not None and (side_models.teacher is None or side_models.teacher.startswith("hf:")):
                 # concurrent episodes share the one in-process model through the scheduler, which
                 # serves their pending role calls as one batch (decoding is memory-bound: a batch
@@ -330,6 +332,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="first N tasks of the split")
     parser.add_argument("--task", action="append", default=[], help="only this task of the split (repeatable)")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--engine", choices=["peft", "llamacpp"], default="peft",
+                        help="in-process engine (llamacpp: GGUF on CPU, same greedy answers at fp32, faster)")
     parser.add_argument("--budget", type=int, default=3, help="re-plan budget B (multi-turn)")
     parser.add_argument("--max-clarifications", type=int, default=2)
     parser.add_argument("--max-plan-steps", type=int, default=6)
@@ -353,7 +357,7 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
     return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
                      roles_spec=args.roles_spec, model=args.model, seeds=tuple(args.seeds), limit=args.limit,
                      tasks=tuple(args.task),
-                     concurrency=args.concurrency, budget=args.budget, max_clarifications=args.max_clarifications,
+                     concurrency=args.concurrency, engine=args.engine, budget=args.budget, max_clarifications=args.max_clarifications,
                      max_plan_steps=args.max_plan_steps, retrieve_k=args.retrieve_k,
                      max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                      constrained=not args.no_constrain)

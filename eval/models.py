@@ -71,8 +71,9 @@ def resolve_role_models(spec: str, model: str = "smollm2-135m") -> RoleModels:
     return RoleModels(spec, "distilled", bases.pop() if bases else model, adapters, manifests, short)
 
 
-def shared_backend(models: RoleModels, max_batch_size: int = 8):
-    """One backend for every call, or None for the gold teacher (built per task)."""
+def shared_backend(models: RoleModels, max_batch_size: int = 8, engine: str = "peft"):
+    """One backend for every call, or None for the gold teacher (built per task). ``engine``
+    serves the base and its adapters in-process (:data:`heart.runtime.engines.ENGINES`)."""
     if models.teacher is not None:
         from heart.runtime.openai_compat import parse_teacher_spec
 
@@ -86,9 +87,9 @@ def shared_backend(models: RoleModels, max_batch_size: int = 8):
         from heart.runtime.hf import TransformersBackend
 
         return TransformersBackend(teacher.model, max_batch_size=max_batch_size)
-    from heart.runtime.hf import TransformersBackend
+    from heart.runtime.engines import local_backend
 
-    return TransformersBackend(models.model, adapters=models.adapters, max_batch_size=max_batch_size)
+    return local_backend(engine, models.model, models.adapters, max_batch_size)
 
 
 class UnadaptedView:
@@ -113,7 +114,7 @@ class UnadaptedView:
         return self.backend.client()
 
 
-def shared_backends(models: list[RoleModels], max_batch_size: int) -> list[Any]:
+def shared_backends(models: list[RoleModels], max_batch_size: int, engine: str = "peft") -> list[Any]:
     """One backend per side run together (e.g. base and distilled), or None where a side
     builds its own. In-process sides on the same base, at most one of them adapted, share one
     model behind one batching scheduler (an :class:`UnadaptedView` for the base side): their
@@ -124,7 +125,8 @@ def shared_backends(models: list[RoleModels], max_batch_size: int) -> list[Any]:
     adapted = [m for m in local if m.adapters]
     if len(local) < 2 or len(adapted) > 1 or len({m.model for m in local}) > 1:
         return [None] * len(models)
-    shared = BatchingBackend(shared_backend((adapted or local)[0], max_batch_size), max_batch_size=max_batch_size)
+    shared = BatchingBackend(shared_backend((adapted or local)[0], max_batch_size, engine),
+                             max_batch_size=max_batch_size)
     return [None if m.teacher is not None else shared if m.adapters else UnadaptedView(shared) for m in models]
 
 

@@ -71,6 +71,8 @@ class RoleEvalConfig:
     """At most this many rows per role (a seeded sample, the same for every model)."""
     batch_size: int = 8
     """Requests handed to generate_batch at a time (and the backend's max batch)."""
+    engine: str = "peft"
+    """In-process engine for the base and its adapters: peft or llamacpp (heart.runtime.engines)."""
     max_new_tokens: int | None = None
     """Per answer; None: the role's own budget (:data:`MAX_NEW_TOKENS`)."""
     constrained: bool = True
@@ -251,7 +253,7 @@ def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] 
     loaded = {role: load_role_rows(config.data, role, config.split, config.limit, config.seed, fits)
               for role in config.roles}
     rows = {role: role_rows for role, (role_rows, _) in loaded.items()}
-    backend = backend or shared_backend(models, config.batch_size)
+    backend = backend or shared_backend(models, config.batch_size, config.engine)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     figures, counts, datasets = {}, {}, {}
@@ -289,7 +291,8 @@ def run_sides(configs: list[RoleEvalConfig], argv: list[str] | None = None) -> l
 
     check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
-    backends = shared_backends(models, sum(c.batch_size for c in configs)) if len(configs) > 1 else [None]
+    backends = shared_backends(models, sum(c.batch_size for c in configs), configs[0].engine) \
+        if len(configs) > 1 else [None]
     if not any(backends):
         return [run(config, argv=argv) for config in configs]
     # transformers resolves its lazy attributes on first use, and two threads doing it at once
@@ -315,6 +318,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default=",".join(ROLES), help="comma-separated roles to evaluate")
     parser.add_argument("--limit", type=int, help="at most N rows per role (seeded sample)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--engine", choices=["peft", "llamacpp"], default="peft",
+                        help="in-process engine (llamacpp: GGUF on CPU, same greedy answers at fp32, faster)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="per answer (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--no-constrain", action="store_true", help="decode without the serving schemas")
@@ -340,7 +345,8 @@ def config_from_args(args: argparse.Namespace) -> RoleEvalConfig:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     return RoleEvalConfig(data=args.data, out=args.out, split=args.split,
                           roles_spec=args.adapters or args.roles_spec or "base", model=args.model, roles=roles,
-                          limit=args.limit, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                          limit=args.limit, batch_size=args.batch_size, engine=args.engine,
+                          max_new_tokens=args.max_new_tokens,
                           constrained=not args.no_constrain, seed=args.seed,
                           max_prompt_tokens=args.max_prompt_tokens or None)
 

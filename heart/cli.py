@@ -50,7 +50,8 @@ def _backend(args: argparse.Namespace, task=None, environment=None):
 
     # `hf:X` means what it means for `collect --teacher`: the transformers model X.
     model = _model_spec(args.model).model if args.model.startswith("hf:") else args.model
-    return transformers_backend(model, _adapters(args.adapter), quantize=args.quantize)
+    options = {"quantize": args.quantize} if args.quantize else {}
+    return transformers_backend(model, _adapters(args.adapter), engine=getattr(args, "engine", "peft"), **options)
 
 
 def _model_spec(model: str):
@@ -74,6 +75,8 @@ def _check_loop_arguments(args: argparse.Namespace) -> None:
     _adapters(args.adapter)  # ROLE=PATH syntax, before any model loads
     if args.fault_rate and args.model != "gold":
         raise UserError(f"--fault-rate applies to --model gold only, not to {args.model!r}")
+    if getattr(args, "quantize", None) and getattr(args, "engine", "peft") != "peft":
+        raise UserError(f"--quantize int8 is a peft-engine option; --engine is {args.engine}")
 
 
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
@@ -295,6 +298,8 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantize", choices=["int8"], default=None,
                    help="in-process model: int8 dynamic-quantised base linears, role LoRA kept exact (CPU)")
+    p.add_argument("--engine", choices=["peft", "llamacpp"], default="peft",
+                   help="in-process engine: transformers + peft, or llama.cpp (GGUF, CPU; same greedy answers)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -308,8 +313,8 @@ def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible server: model name = role (planner, router, ..., base)")
     p.add_argument("--model", default="smollm2-135m", help="base: embedded name, local folder or HF id")
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=PATH", help="role adapter (repeatable)")
-    p.add_argument("--engine", choices=["peft", "vllm"], default="peft",
-                   help="peft in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
+    p.add_argument("--engine", choices=["peft", "llamacpp", "vllm"], default="peft",
+                   help="peft or llama.cpp in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
     p.add_argument("--quantize", choices=["int8"], default=None, help="peft engine: int8 base linears (CPU)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; no authentication)")
     p.add_argument("--port", type=int, default=8000)
@@ -328,7 +333,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_parser(sub) -> None:
     p = sub.add_parser("check", help="checks: parity (peft vs vLLM vs int8, token for token, per role)")
     p.add_argument("what", choices=["parity"])
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="--adapters DIR [--model M] [--engines vllm,int8]")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="--adapters DIR [--model M] [--engines vllm,llamacpp,int8]")
     p.set_defaults(func=cmd_check)
 
 

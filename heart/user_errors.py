@@ -23,13 +23,14 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def transformers_backend(model: str, adapters: dict[str, str] | None = None, **options):
-    """A :class:`heart.runtime.hf.TransformersBackend`, or :class:`UserError` when the
-    model or an adapter cannot be found or loaded."""
-    from heart.runtime.hf import TransformersBackend
+def transformers_backend(model: str, adapters: dict[str, str] | None = None, engine: str = "peft", **options):
+    """An in-process backend (:func:`heart.runtime.engines.local_backend`; transformers +
+    peft by default), or :class:`UserError` when the model or an adapter cannot be found or
+    loaded."""
+    from heart.runtime.engines import local_backend
 
     try:
-        return TransformersBackend(model, adapters=adapters or {}, **options)
+        return local_backend(engine, model, adapters or {}, **options)
     except FileNotFoundError as err:  # a missing model folder, or an adapter without adapter_config.json
         raise UserError(str(err).strip('"')) from None
     except OSError as err:  # transformers: not a folder, not cached, and no download allowed / possible

@@ -22,7 +22,6 @@ Try it::
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import defaultdict
 from contextlib import nullcontext
@@ -33,9 +32,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
-from heart.roles.common import ANSWER_SEPARATORS
 from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
+from heart.runtime.chat import ChatFormat
 
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in ``generate(..., adapter_names=[...])``."""
@@ -121,7 +120,6 @@ class TransformersBackend:
         self.decoding = decoding
         self.reuse_prefixes = reuse_prefixes
         self._prefix_cache: dict = {}
-        self._system_ids: dict[str, list[int]] = {}
         if kv_cache not in KV_CACHES:
             raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
@@ -157,7 +155,9 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype)
         base.to(self.device)
-        self.stop_token_ids = self._stop_token_ids(base)
+        self.chat = ChatFormat(self.tokenizer, base.config.vocab_size, base.generation_config.eos_token_id,
+                               enable_thinking)
+        self.stop_token_ids = self.chat.stop_token_ids
 
         if self.adapters:
             from peft import PeftModel
@@ -178,8 +178,6 @@ class TransformersBackend:
             quantize_linears_int8(self.model)
             self.name += "+int8"
         self.kv_cache = ("static" if self.device.type == "cpu" else "dynamic") if kv_cache == "auto" else kv_cache
-        self._grammar_compiler = None
-        self._grammars: dict[str, object] = {}
         self.model.eval()
 
     @property
@@ -195,30 +193,9 @@ class TransformersBackend:
     def roles_with_adapters(self) -> list[str]:
         return list(self.adapters)
 
-    def _stop_token_ids(self, model) -> list[int]:
-        """EOS of the tokenizer and the generation config plus the template's end of turn."""
-        ids: list[int] = []
-        candidates = [self.tokenizer.eos_token_id, model.generation_config.eos_token_id]
-        candidates.append(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        for value in candidates:
-            for token_id in value if isinstance(value, list) else [value]:
-                if token_id is not None and token_id != self.tokenizer.unk_token_id:
-                    if token_id not in ids:
-                        ids.append(token_id)
-        return ids
-
     def render(self, messages: list[Message]) -> str:
         """The exact prompt text a role call sends to the model."""
-        # A final assistant message is a prefill: the model continues it (the Generation's
-        # text is then the continuation only).
-        prefilled = messages[-1]["role"] == "assistant"
-        return self.tokenizer.apply_chat_template(
-            messages,
-            tokenize=False,
-            add_generation_prompt=not prefilled,
-            continue_final_message=prefilled,
-            enable_thinking=self.enable_thinking,
-        )
+        return self.chat.render(messages)
 
     def generate(
         self, role: str, messages: list[Message], sampling: SamplingConfig | None = None
@@ -302,30 +279,11 @@ class TransformersBackend:
         if request.sampling.temperature != 0:
             raise ValueError(f"continuous decoding is greedy; a {request.role} request asks for "
                              f"temperature {request.sampling.temperature}")
-        ids = self.tokenizer(self.render(request.messages), add_special_tokens=False)["input_ids"]
-        grammar = None if request.sampling.guided_json is None else self._grammar(request.sampling.guided_json)
-        matcher = None
-        if grammar is not None and not isinstance(grammar, str):
-            import xgrammar as xgr
-
-            matcher = xgr.GrammarMatcher(grammar)
+        ids = self.chat.encode(request.messages)
+        matcher, meta = self.chat.matcher(request.sampling.guided_json)
         adapter = request.role if request.role in self.adapters else BASE_ADAPTER
         return Row(ids, adapter, request.sampling.max_new_tokens, matcher, owner=owner,
-                   prefix_len=self._system_prefix_len(request.messages, ids),
-                   meta={"guided_json_error": grammar[:300]} if isinstance(grammar, str) else {})
-
-    def _system_prefix_len(self, messages: list[Message], ids: list[int]) -> int:
-        """How many leading prompt tokens are the rendered system message (0 when there is
-        none, or when tokenising the whole prompt splits it differently)."""
-        if not messages or messages[0]["role"] != "system":
-            return 0
-        system = messages[0]["content"]
-        if system not in self._system_ids:
-            text = self.tokenizer.apply_chat_template([messages[0]], tokenize=False,
-                                                      enable_thinking=self.enable_thinking)
-            self._system_ids[system] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        prefix = self._system_ids[system]
-        return len(prefix) if ids[:len(prefix)] == prefix else 0
+                   prefix_len=self.chat.system_prefix_len(request.messages, ids), meta=meta)
 
     def _generation(self, row, latency: float, batch_size: int) -> Generation:
         return Generation(
@@ -410,31 +368,9 @@ class TransformersBackend:
             )
         return generations
 
-    def _grammar(self, schema: str):
-        """The compiled xgrammar grammar for ``schema`` (cached), or an error string.
-
-        A schema xgrammar cannot compile is reported in the Generation's meta and that row
-        runs unconstrained.
-        """
-        import xgrammar as xgr
-
-        if schema not in self._grammars:
-            if self._grammar_compiler is None:
-                info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size,
-                                                          stop_token_ids=self.stop_token_ids)
-                self._grammar_compiler = xgr.GrammarCompiler(info)
-            try:
-                # Compact JSON (ANSWER_SEPARATORS): what teachers write and adapters learn,
-                # and no tokens spent on whitespace.
-                self._grammars[schema] = self._grammar_compiler.compile_json_schema(
-                    schema, any_whitespace=False, separators=ANSWER_SEPARATORS)
-            except Exception as err:  # an exotic tool schema: answer unconstrained, say so
-                self._grammars[schema] = f"{type(err).__name__}: {err}"
-        return self._grammars[schema]
-
     def _guided(self, schemas: list[str | None]) -> tuple[list, list[dict]]:
         """Logits processors that keep each row inside its own schema (None: unconstrained)."""
-        grammars = [None if s is None else self._grammar(s) for s in schemas]
+        grammars = [None if s is None else self.chat.grammar(s) for s in schemas]
         metas = [{"guided_json_error": g[:300]} if isinstance(g, str) else {} for g in grammars]
         compiled = [None if isinstance(g, str) else g for g in grammars]
         if all(g is None for g in compiled):

@@ -1,12 +1,13 @@
-"""``heart check parity``: the same greedy answers from peft, vLLM and the int8 path, per role.
+"""``heart check parity``: the same greedy answers from peft, vLLM, llama.cpp and the int8 path, per role.
 
 For each role with an adapter in ``--adapters DIR`` (``DIR/<role>``), the same prompts go to
 the reference (peft, fp32, one call at a time) and to each other engine; answers are
 compared token for token (the completion's token ids under the base's tokenizer). vLLM must
-match the reference exactly for every role (exit 1 otherwise); the int8 path is a lossy
-speed option, so its agreement rate is reported, not required.
+match the reference exactly for every role (exit 1 otherwise); llama.cpp (fp32 GGUF weights,
+its own kernels) and the int8 path are CPU speed options whose agreement is reported, not
+required: a different summation order may flip a near-tie.
 
-    heart check parity --adapters runs/NAME/adapters [--model smollm2-135m] [--engines vllm,int8]
+    heart check parity --adapters runs/NAME/adapters [--model smollm2-135m] [--engines vllm,llamacpp,int8]
 """
 
 from __future__ import annotations
@@ -74,10 +75,15 @@ def check_parity(model: str, adapters_dir: str, engines: list[str], max_new_toke
 
             with VLLMBackend(model, adapters=adapters, log=vllm_log) as backend:
                 answers = backend.generate_batch(requests)
+        elif engine == "llamacpp":
+            from heart.runtime.llamacpp import LlamaCppBackend
+
+            backend = LlamaCppBackend(model, adapters=adapters)
+            answers = [backend.generate(r.role, r.messages, r.sampling) for r in requests]
         elif engine == "int8":
             answers = _int8_answers(model, adapters, requests)
         else:
-            raise ValueError(f"unknown engine {engine!r}: expected vllm or int8")
+            raise ValueError(f"unknown engine {engine!r}: expected vllm, llamacpp or int8")
         per_role: dict[str, dict] = {}
         for request, want, got in zip(requests, expected, answers):
             a = tokenizer(want.text, add_special_tokens=False)["input_ids"]
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="heart check parity", description=__doc__.split("\n")[0])
     parser.add_argument("--adapters", required=True, help="folder with one adapter folder per role")
     parser.add_argument("--model", default="smollm2-135m", help="the base the adapters were trained on")
-    parser.add_argument("--engines", default="vllm,int8", help="comma-separated: vllm, int8")
+    parser.add_argument("--engines", default="vllm,int8", help="comma-separated: vllm, llamacpp, int8")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--vllm-log", help="append the vLLM worker's log here")
     parser.add_argument("--out", help="also write the JSON report here")

@@ -26,6 +26,7 @@ from typing import Sequence
 from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
+from heart.runtime.chat import ChatFormat
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO / ".venv-vllm"
@@ -45,8 +46,6 @@ class VLLMBackend:
                  venv: str | os.PathLike | None = None, dtype: str = "float32", max_model_len: int = 4096,
                  kv_cache_gib: int = 1, omp_threads_bind: str = "auto", enable_thinking: bool = False,
                  startup_timeout_s: float = 900.0, log: str | os.PathLike | None = None):
-        from transformers import AutoTokenizer, GenerationConfig
-
         self.adapters = {role: str(Path(path).resolve()) for role, path in (adapters or {}).items()}
         self.model_path = str(resolve_model(model))
         self.name = f"vllm:{model}"
@@ -61,14 +60,9 @@ class VLLMBackend:
             ranks = [validate_adapter(role, path, serving)["r"] for role, path in self.adapters.items()]
         max_rank = next(r for r in VLLM_LORA_RANKS if r >= max(ranks, default=8))
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        stops = [self.tokenizer.eos_token_id, self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        try:
-            eos = GenerationConfig.from_pretrained(self.model_path).eos_token_id
-            stops += eos if isinstance(eos, list) else [eos]
-        except OSError:  # no generation_config.json
-            pass
-        self.stop_token_ids = sorted({t for t in stops if t is not None and t != self.tokenizer.unk_token_id})
+        self.chat = ChatFormat.from_pretrained(self.model_path, enable_thinking)
+        self.tokenizer = self.chat.tokenizer
+        self.stop_token_ids = self.chat.stop_token_ids
 
         spec = {"model": self.model_path, "adapters": self.adapters, "max_lora_rank": max_rank,
                 "stop_token_ids": self.stop_token_ids, "dtype": dtype, "max_model_len": max_model_len}
@@ -92,11 +86,8 @@ class VLLMBackend:
         return list(self.adapters)
 
     def render(self, messages: list[Message]) -> str:
-        """The exact prompt text (the same call as TransformersBackend.render)."""
-        prefilled = messages[-1]["role"] == "assistant"
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=not prefilled,
-                                                  continue_final_message=prefilled,
-                                                  enable_thinking=self.enable_thinking)
+        """The exact prompt text (the same as every in-process engine's)."""
+        return self.chat.render(messages)
 
     def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
         return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]
@@ -106,7 +97,7 @@ class VLLMBackend:
         if not requests:
             return []
         start = time.perf_counter()
-        prompts = [self.tokenizer(self.render(r.messages), add_special_tokens=False)["input_ids"] for r in requests]
+        prompts = [self.chat.encode(r.messages) for r in requests]
         rows = [{"prompt_token_ids": ids, "adapter": r.role if r.role in self.adapters else None,
                  "max_tokens": r.sampling.max_new_tokens, "temperature": r.sampling.temperature,
                  "top_p": r.sampling.top_p, "seed": r.sampling.seed, "guided_json": r.sampling.guided_json}

@@ -110,7 +110,7 @@ def test_a_crashing_checker_is_errored_and_the_others_still_count(tmp_path, monk
 
 
 def test_the_command_exits_non_zero_when_everything_errored(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(e2e, "shared_backend", lambda models, *a: ScriptedBackend(_raising, name="broken"))
+    monkeypatch.setattr(e2e, "shared_backend", lambda models, *a, **kw: ScriptedBackend(_raising, name="broken"))
     code = e2e.main(["--env", "bfcl", "--category", "simple", "--limit", "1", "--roles", "base",
                      "--out", str(tmp_path)])
     assert code == 1

@@ -206,7 +206,7 @@ def test_base_out_answers_both_sides_on_one_shared_backend(heldout, tmp_path, mo
             seen.append(role)
         return "not json"
 
-    def one_model(models, max_batch_size=8):
+    def one_model(models, max_batch_size=8, engine="peft"):
         built.append((models.label, max_batch_size))
         return ScriptedBackend(answer, name="shared")
 

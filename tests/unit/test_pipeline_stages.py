@@ -130,12 +130,12 @@ def test_eval_stages_call_the_eval_commands(recipe):
     roles = [" ".join(c) for c in by_name["eval_roles"].commands]
     assert len(roles) == 1  # base and distilled in one process, sharing the model's batches
     assert roles[0].startswith("heart eval roles --data run/heldout --split test --adapters run/adapters "
-                               "--model smollm2-135m")
+                               "--model smollm2-135m --engine peft")
     assert roles[0].endswith("--out run/eval/roles-distilled --base-out run/eval/roles-base")
     e2e = [" ".join(c) for c in by_name["eval_e2e"].commands]
     assert len(e2e) == 1  # base and distilled in one process, sharing the model's batches
     assert e2e[0].startswith("heart eval e2e --env bfcl --split test --roles run/adapters --model smollm2-135m "
-                             "--limit 2")
+                             "--engine peft --limit 2")
     assert e2e[0].endswith("--out run/eval/e2e-distilled --base-out run/eval/e2e-base")
     assert " ".join(by_name["report"].commands[0]) == "heart report run/eval --out run/report"
     assert "--split test" in " ".join(by_name["collect_test"].commands[0])

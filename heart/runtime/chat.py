@@ -1,0 +1,111 @@
+"""What every local engine needs from the base's tokenizer: prompts, stop tokens, grammars.
+
+The in-process engines (transformers + peft, llama.cpp) and the vLLM worker all decode from
+the *same token ids*: the base's own chat template renders the messages, its tokenizer turns
+them into ids, and greedy answers can then be compared token for token across engines
+(``heart check parity``). Constrained decoding compiles each JSON schema once with xgrammar
+against this tokenizer.
+"""
+
+from __future__ import annotations
+
+from heart.roles.common import ANSWER_SEPARATORS
+from heart.runtime.base import Message
+
+
+class ChatFormat:
+    """The base's chat template, stop tokens and JSON-schema grammars (cached per schema)."""
+
+    def __init__(self, tokenizer, vocab_size: int, generation_eos: int | list[int] | None = None,
+                 enable_thinking: bool = False):
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.enable_thinking = enable_thinking
+        self.stop_token_ids = self._stop_token_ids(generation_eos)
+        self._compiler = None
+        self._grammars: dict[str, object] = {}
+        self._system_ids: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_pretrained(cls, path: str, enable_thinking: bool = False) -> "ChatFormat":
+        """The tokenizer, vocabulary size and generation EOS of a transformers model folder."""
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        try:
+            eos = GenerationConfig.from_pretrained(path).eos_token_id
+        except OSError:  # no generation_config.json
+            eos = None
+        return cls(tokenizer, AutoConfig.from_pretrained(path).vocab_size, eos, enable_thinking)
+
+    def _stop_token_ids(self, generation_eos) -> list[int]:
+        """EOS of the tokenizer and the generation config plus the template's end of turn."""
+        ids: list[int] = []
+        candidates = [self.tokenizer.eos_token_id, generation_eos, self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        for value in candidates:
+            for token_id in value if isinstance(value, list) else [value]:
+                if token_id is not None and token_id != self.tokenizer.unk_token_id and token_id not in ids:
+                    ids.append(token_id)
+        return ids
+
+    def render(self, messages: list[Message]) -> str:
+        """The exact prompt text a role call sends to the model."""
+        # A final assistant message is a prefill: the model continues it (the Generation's
+        # text is then the continuation only).
+        prefilled = messages[-1]["role"] == "assistant"
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=not prefilled,
+            continue_final_message=prefilled, enable_thinking=self.enable_thinking)
+
+    def encode(self, messages: list[Message]) -> list[int]:
+        """The prompt's token ids (the template already holds the special tokens)."""
+        return self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
+
+    def system_prefix_len(self, messages: list[Message], ids: list[int]) -> int:
+        """How many leading prompt tokens are the rendered system message (0 when there is
+        none, or when tokenising the whole prompt splits it differently)."""
+        if not messages or messages[0]["role"] != "system":
+            return 0
+        system = messages[0]["content"]
+        if system not in self._system_ids:
+            text = self.tokenizer.apply_chat_template([messages[0]], tokenize=False,
+                                                      enable_thinking=self.enable_thinking)
+            self._system_ids[system] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        prefix = self._system_ids[system]
+        return len(prefix) if ids[:len(prefix)] == prefix else 0
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def grammar(self, schema: str):
+        """The compiled xgrammar grammar for ``schema`` (cached), or an error string.
+
+        A schema xgrammar cannot compile is reported in the Generation's meta and that row
+        runs unconstrained.
+        """
+        import xgrammar as xgr
+
+        if schema not in self._grammars:
+            if self._compiler is None:
+                info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
+                                                          stop_token_ids=self.stop_token_ids)
+                self._compiler = xgr.GrammarCompiler(info)
+            try:
+                # Compact JSON (ANSWER_SEPARATORS): what teachers write and adapters learn,
+                # and no tokens spent on whitespace.
+                self._grammars[schema] = self._compiler.compile_json_schema(
+                    schema, any_whitespace=False, separators=ANSWER_SEPARATORS)
+            except Exception as err:  # an exotic tool schema: answer unconstrained, say so
+                self._grammars[schema] = f"{type(err).__name__}: {err}"
+        return self._grammars[schema]
+
+    def matcher(self, schema: str | None) -> tuple[object | None, dict]:
+        """(a fresh xgrammar matcher for ``schema`` or None, meta naming a schema that failed)."""
+        if schema is None:
+            return None, {}
+        grammar = self.grammar(schema)
+        if isinstance(grammar, str):
+            return None, {"guided_json_error": grammar[:300]}
+        import xgrammar as xgr
+
+        return xgr.GrammarMatcher(grammar), {}

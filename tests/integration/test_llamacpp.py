@@ -1,0 +1,140 @@
+"""The llama.cpp engine against the peft reference, on the embedded SmolLM2 (its GGUF).
+
+Four seeded random LoRA adapters (q/k/v/o, lora_B scaled so each visibly changes the
+answers) are converted by llama.cpp's own converter and served from one GGUF base; greedy
+answers must equal transformers + peft token for token at fp32 weights, one call at a time,
+in mixed-role continuous batches, through the scheduler, and with shared system prompts.
+"""
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from heart.runtime.base import GenerationRequest, SamplingConfig
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by scripts/setup.sh")
+
+ROLES = ["planner", "router", "primitive", "verifier"]
+SYSTEM = "You are the Planner of a tool-using agent. Answer with one JSON object and nothing else. " * 3
+VERDICT = json.dumps({"type": "object", "properties": {"status": {"enum": ["PASS", "FAIL"]}, "step": {"enum": [1, 2]}},
+                      "required": ["status", "step"], "additionalProperties": False})
+
+
+def _requests():
+    ask = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "List the files, then open the largest."}]
+    other = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Book a table for two tonight."}]
+    return [GenerationRequest("verifier", ask, SamplingConfig(max_new_tokens=40, guided_json=VERDICT)),
+            GenerationRequest("planner", ask, SamplingConfig(max_new_tokens=10)),
+            GenerationRequest("planner", other, SamplingConfig(max_new_tokens=14)),
+            GenerationRequest("router", other, SamplingConfig(max_new_tokens=6)),
+            GenerationRequest("base", ask, SamplingConfig(max_new_tokens=8))]
+
+
+@pytest.fixture(scope="module")
+def adapters(smollm2_path, tmp_path_factory):
+    from test_hf_backend import make_lora_adapters
+
+    return make_lora_adapters(smollm2_path, tmp_path_factory.mktemp("adapters"), ROLES, scale=0.3)
+
+
+@pytest.fixture(scope="module")
+def reference(adapters):
+    """peft's greedy answers, one call at a time."""
+    from heart.runtime.hf import TransformersBackend
+
+    peft = TransformersBackend("smollm2-135m", adapters=adapters)
+    requests = _requests()
+    answers = [peft.generate(r.role, r.messages, r.sampling) for r in requests]
+    bare = [peft.generate("base", r.messages, r.sampling).text for r in requests[:4]]
+    # The adapters must change the answers, or agreeing with peft proves nothing about them.
+    assert sum(a.text != b for a, b in zip(answers, bare)) >= 3
+    return answers
+
+
+@pytest.fixture(scope="module")
+def backend(adapters):
+    from heart.runtime.llamacpp import LlamaCppBackend
+
+    return LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=4)
+
+
+@pytest.mark.slow
+def test_one_call_at_a_time_equals_peft_token_for_token(backend, reference):
+    requests = _requests()
+    got = [backend.generate(r.role, r.messages, r.sampling) for r in requests]
+    assert [g.text for g in got] == [g.text for g in reference]
+    assert [g.adapter for g in got] == ["verifier", "planner", "planner", "router", None]
+    assert [g.completion_tokens for g in got] == [g.completion_tokens for g in reference]
+    assert json.loads(got[0].text)["status"] in ("PASS", "FAIL")  # the grammar held
+    assert got[0].backend == "llamacpp:smollm2-135m+f32"
+
+
+@pytest.mark.slow
+def test_mixed_roles_in_one_continuous_batch_equal_peft(backend, reference):
+    before = backend.stats.prefix_tokens_reused
+    got = backend.generate_batch(_requests())
+    assert [g.text for g in got] == [g.text for g in reference]
+    # Every call starts with the same system prompt: after the first calls of each role it
+    # is never computed again.
+    assert backend.stats.prefix_tokens_reused - before >= 5 * 20
+
+
+@pytest.mark.slow
+def test_a_slot_shares_its_system_prompt_with_a_new_call_of_its_role(adapters):
+    from heart.runtime.llamacpp import LlamaCppBackend
+
+    fresh = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=2)
+    first, second = _requests()[1:3]  # two planner calls, same system prompt, different requests
+    fresh.generate_batch([first, second])  # prefilled together: the system prompt is computed once
+    system = fresh.chat.system_prefix_len(first.messages, fresh.chat.encode(first.messages))
+    assert system > 20
+    assert fresh.stats.prefix_tokens_reused == system
+
+
+@pytest.mark.slow
+def test_concurrent_clients_through_the_scheduler_get_peft_answers(backend, reference):
+    from heart.runtime.scheduler import BatchingBackend
+
+    scheduler = BatchingBackend(backend, max_batch_size=5, max_wait_s=5.0)
+    everyone = threading.Barrier(5)
+
+    def client(r):
+        with scheduler.client():
+            everyone.wait()
+            return scheduler.generate(r.role, r.messages, r.sampling).text
+
+    with ThreadPoolExecutor(5) as pool:
+        assert list(pool.map(client, _requests())) == [g.text for g in reference]
+    scheduler.close()
+
+
+@pytest.mark.slow
+def test_an_over_long_prompt_is_a_recorded_failure_not_a_crash(adapters):
+    from heart.runtime.llamacpp import LlamaCppBackend
+
+    small = LlamaCppBackend("smollm2-135m", adapters=adapters, slot_tokens=64)
+    long, short = (GenerationRequest("planner", [{"role": "user", "content": "word " * n}], SamplingConfig(max_new_tokens=4))
+                   for n in (200, 5))
+    got = small.generate_batch([long, short])
+    assert got[0].text == "" and "does not fit a slot of 64 tokens" in got[0].meta["error"]
+    assert got[1].completion_tokens > 0 and "error" not in got[1].meta
+
+
+@pytest.mark.slow
+def test_sampling_is_seeded(backend):
+    ask = [{"role": "user", "content": "Name a colour."}]
+    sampled = [backend.generate("planner", ask, SamplingConfig(max_new_tokens=8, temperature=1.0, seed=s)).text
+               for s in (7, 7, 8, 9)]
+    assert sampled[0] == sampled[1]  # the same seed, the same answer
+    assert len(set(sampled[1:])) >= 2  # other seeds, other answers: it does sample
+
+
+def test_a_model_without_a_gguf_is_refused_with_its_name():
+    from heart.runtime.gguf_files import base_gguf
+
+    with pytest.raises(ValueError, match="'tiny-qwen3' is neither the embedded smollm2-135m"):
+        base_gguf("tiny-qwen3")
+    with pytest.raises(ValueError, match="weights must be one of"):
+        base_gguf("smollm2-135m", "int3")
