@@ -93,3 +93,24 @@ def validate_adapter(role: str, path: str | Path, base: ServingBase) -> dict:
         raise AdapterRefused(f"adapter for role {role!r}: field 'target_modules' names {unknown}, which are not "
                              f"linear layers of base {base.model_id!r} (it has {sorted(base.linear_modules)})")
     return config
+
+
+def validate_role_adapters(model: str, model_path: str | Path, adapters: dict[str, str], max_rank: int,
+                           reserved: str) -> list[dict]:
+    """Every role's adapter checked against the base before any weight loads; returns their configs.
+
+    ``reserved`` is the engine's own name for "no adapter", which no role may take. A missing
+    folder raises FileNotFoundError (before the base's config is read), a refused adapter
+    AdapterRefused.
+    """
+    from heart.models import model_content_hash
+
+    for role, path in adapters.items():
+        if role == reserved:
+            raise ValueError(f"{reserved!r} is reserved for the bare base (no adapter) and cannot name a role")
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"adapter for role {role!r}: no adapter_config.json in {path}")
+    if not adapters:
+        return []
+    serving = ServingBase(model, model_content_hash(model_path), base_linear_modules(str(model_path)), max_rank)
+    return [validate_adapter(role, path, serving) for role, path in adapters.items()]

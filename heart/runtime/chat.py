@@ -109,3 +109,41 @@ class ChatFormat:
         import xgrammar as xgr
 
         return xgr.GrammarMatcher(grammar), {}
+
+
+class AdapterEngine:
+    """What every in-process engine (one base, one adapter per role) answers the same way.
+
+    The engine sets ``_model_id`` (the base as the caller named it), ``model_path`` (its
+    local folder), ``adapters`` (role → folder), ``chat`` (:class:`ChatFormat`) and
+    implements ``generate_batch``.
+    """
+
+    _model_id: str
+    model_path: str
+    adapters: dict[str, str]
+    chat: ChatFormat
+
+    @property
+    def base_model_id(self) -> str:
+        """The base model as named by the caller: embedded name, folder or hub id."""
+        return self._model_id
+
+    @property
+    def base_model_hash(self) -> str | None:
+        """Content hash of the base weights (None for a hub id): adapters record it."""
+        from heart.models import model_content_hash
+
+        return model_content_hash(self.model_path)
+
+    def roles_with_adapters(self) -> list[str]:
+        return list(self.adapters)
+
+    def render(self, messages: list[Message]) -> str:
+        """The exact prompt text a role call sends to the model."""
+        return self.chat.render(messages)
+
+    def generate(self, role: str, messages: list[Message], sampling=None):
+        from heart.runtime.base import GenerationRequest, SamplingConfig
+
+        return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]

@@ -25,16 +25,15 @@ import dataclasses
 import time
 from collections import defaultdict
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
-from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
-from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
-from heart.runtime.chat import ChatFormat
+from heart.models import DEFAULT_MODEL, resolve_model
+from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
+from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
+from heart.runtime.chat import AdapterEngine, ChatFormat
 
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in ``generate(..., adapter_names=[...])``."""
@@ -87,7 +86,7 @@ def quantize_linears_int8(model: torch.nn.Module) -> int:
     return len(targets)
 
 
-class TransformersBackend:
+class TransformersBackend(AdapterEngine):
     """Answers role calls with a transformers model plus per-role peft LoRA adapters.
 
     ``model`` is an embedded name (``smollm2-135m``, ``tiny-qwen3``), a local folder or a
@@ -127,19 +126,8 @@ class TransformersBackend:
         self.max_batch_size = max_batch_size
         self._model_id = model
         self.model_path = resolve_model(model)
-        for role, path in self.adapters.items():  # the folders first, before the base's config is read
-            if role == BASE_ADAPTER:
-                raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
-            if not (Path(path) / "adapter_config.json").is_file():
-                raise FileNotFoundError(f"adapter for role {role!r}: no adapter_config.json in {path}")
         # Every adapter is checked against this base before any weight (base or adapter) loads.
-        if self.adapters:
-            serving = ServingBase(model, model_content_hash(self.model_path),
-                                  base_linear_modules(str(self.model_path)), max_adapter_rank)
-            for role, path in self.adapters.items():
-                if role == BASE_ADAPTER:
-                    raise ValueError(f"{BASE_ADAPTER!r} is reserved by peft and cannot name a role")
-                validate_adapter(role, path, serving)
+        validate_role_adapters(model, self.model_path, self.adapters, max_adapter_rank, reserved=BASE_ADAPTER)
         self.name = f"hf:{model}"
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto":
@@ -179,28 +167,6 @@ class TransformersBackend:
             self.name += "+int8"
         self.kv_cache = ("static" if self.device.type == "cpu" else "dynamic") if kv_cache == "auto" else kv_cache
         self.model.eval()
-
-    @property
-    def base_model_id(self) -> str:
-        """The base model as named by the caller: embedded name, folder or hub id."""
-        return self._model_id
-
-    @property
-    def base_model_hash(self) -> str | None:
-        """Content hash of the base weights (None for a hub id): adapters record it."""
-        return model_content_hash(self.model_path)
-
-    def roles_with_adapters(self) -> list[str]:
-        return list(self.adapters)
-
-    def render(self, messages: list[Message]) -> str:
-        """The exact prompt text a role call sends to the model."""
-        return self.chat.render(messages)
-
-    def generate(
-        self, role: str, messages: list[Message], sampling: SamplingConfig | None = None
-    ) -> Generation:
-        return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Batches of at most ``max_batch_size`` rows, mixing roles and schemas.

@@ -40,15 +40,14 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from heart.models import DEFAULT_MODEL, model_content_hash, resolve_model
-from heart.runtime.adapters import MAX_SERVING_RANK, ServingBase, base_linear_modules, validate_adapter
-from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
-from heart.runtime.chat import ChatFormat
+from heart.models import DEFAULT_MODEL, resolve_model
+from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
+from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
+from heart.runtime.chat import AdapterEngine, ChatFormat
 
 BASE = "__base__"
 """The context without an adapter (roles that have none, and ``base``)."""
@@ -180,7 +179,7 @@ class _RoleContext:
         return np.ctypeslib.as_array(self.ctx.get_logits_ith(index), shape=(self.n_vocab,)).copy()
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(AdapterEngine):
     """Answers role calls with llama.cpp: one GGUF base, one GGUF LoRA per role.
 
     ``model`` is the embedded ``smollm2-135m`` (whose transformers folder provides the
@@ -198,16 +197,7 @@ class LlamaCppBackend:
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
         self._model_id = model
         self.model_path = resolve_model(model)
-        for role, path in self.adapters.items():
-            if role == BASE:
-                raise ValueError(f"{BASE!r} names the context without an adapter and cannot name a role")
-            if not (Path(path) / "adapter_config.json").is_file():
-                raise FileNotFoundError(f"adapter for role {role!r}: no adapter_config.json in {path}")
-        if self.adapters:  # before any weight loads
-            serving = ServingBase(model, model_content_hash(self.model_path),
-                                  base_linear_modules(str(self.model_path)), max_adapter_rank)
-            for role, path in self.adapters.items():
-                validate_adapter(role, path, serving)
+        validate_role_adapters(model, self.model_path, self.adapters, max_adapter_rank, reserved=BASE)
         self.weights = weights
         self.name = f"llamacpp:{model}+{weights}"
         self.max_batch_size = max_batch_size
@@ -238,25 +228,6 @@ class LlamaCppBackend:
         self._contexts: dict[str, _RoleContext] = {}
         self._bitmask = None  # xgrammar's int32 bitmask of one row, reused
         self.stats = LlamaStats()
-
-    @property
-    def base_model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def base_model_hash(self) -> str | None:
-        return model_content_hash(self.model_path)
-
-    def roles_with_adapters(self) -> list[str]:
-        return list(self.adapters)
-
-    def render(self, messages: list[Message]) -> str:
-        return self.chat.render(messages)
-
-    # -- the Backend protocol ------------------------------------------------------------
-
-    def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
-        return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Every request decoded continuously; ``latency_s`` is until the request's row left."""

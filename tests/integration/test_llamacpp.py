@@ -138,3 +138,17 @@ def test_a_model_without_a_gguf_is_refused_with_its_name():
         base_gguf("tiny-qwen3")
     with pytest.raises(ValueError, match="weights must be one of"):
         base_gguf("smollm2-135m", "int3")
+
+
+def test_an_adapter_for_another_base_is_refused_before_anything_loads(tiny_qwen3_path, tmp_path):
+    from test_hf_backend import make_lora_adapters
+
+    from heart.models import model_content_hash
+    from heart.runtime.adapters import AdapterRefused
+    from heart.runtime.llamacpp import LlamaCppBackend
+
+    other = make_lora_adapters(tiny_qwen3_path, tmp_path, ["planner"])
+    manifest = {"role": "planner", "base_model": {"name": "tiny-qwen3", "content_hash": model_content_hash(tiny_qwen3_path)}}
+    (tmp_path / "planner" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(AdapterRefused, match="trained on base 'tiny-qwen3'.*serving base is 'smollm2-135m'"):
+        LlamaCppBackend("smollm2-135m", adapters=other)
