@@ -48,6 +48,7 @@ from heart.models import DEFAULT_MODEL, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
 from heart.runtime.chat import AdapterEngine, ChatFormat
+from heart.runtime.continuous import DecodeStats
 
 BASE = "__base__"
 """The context without an adapter (roles that have none, and ``base``)."""
@@ -74,20 +75,6 @@ class LlamaRow:
     """Leading prompt tokens that are the role's system prompt (shared across its calls)."""
     error: str | None = None
     """Set when the row cannot run (a prompt longer than a slot): it answers empty at once."""
-
-
-@dataclass
-class LlamaStats:
-    """What the decoding loop has done (since the backend was made)."""
-
-    steps: int = 0
-    """``llama_decode`` calls that decoded one token per running row of one context."""
-    prefills: int = 0
-    row_steps: int = 0
-    max_running: int = 0
-    prompt_tokens: int = 0
-    prefix_tokens_reused: int = 0
-    """Of the prompt tokens, those already in a slot's cache (not computed again)."""
 
 
 class _RoleContext:
@@ -227,7 +214,7 @@ class LlamaCppBackend(AdapterEngine):
             self._loras[role] = lora
         self._contexts: dict[str, _RoleContext] = {}
         self._bitmask = None  # xgrammar's int32 bitmask of one row, reused
-        self.stats = LlamaStats()
+        self.stats = DecodeStats()  # since the backend was made; a step is one context's decode call
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Every request decoded continuously; ``latency_s`` is until the request's row left."""
