@@ -4,7 +4,11 @@ Every figure is a ratio of two measurements taken side by side in this process, 
 machine slows both sides alike. The prompts are real role calls: the gold teacher runs a few
 BFCL dev tasks and its trace gives the exact messages each role was sent; four LoRA adapters
 (r=8, all-linear, seeded random lora_B so each changes the output, as a trained one would)
-serve the roles on SmolLM2-135M. Decoding is greedy and unconstrained (xgrammar costs ~5%).
+serve the roles on SmolLM2-135M. Each call may decode as many tokens as the gold teacher's
+answer to that prompt had (``--new-tokens N`` caps every call at N instead): the roles' real
+answers are long for the Planner and the Router (~160 tokens) and short for the Primitive and
+the Verifier (~30-60), so decoding, not prefill, is most of the work, as in the loop.
+Decoding is greedy and unconstrained (xgrammar costs ~5%).
 "Today" (every ``over_today`` ratio's denominator) is the runtime as the runtime issue found
 it: fp32, one call at a time, transformers' dynamic KV cache. ``fp32_sequential`` is the
 same through the backend's default now (its own continuous decoding loop);
@@ -15,7 +19,7 @@ scheduler's calls per batch (continuous: per admission into the running batch).
 (:mod:`heart.runtime.llamacpp`): one call at a time, 8 clients through the scheduler, all
 16 calls in one ``generate_batch``; the episodes run concurrently on it too.
 
-    OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens 32] [--batch 8]
+    OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens N] [--batch 8]
         [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching
 
 Prints a JSON report (also written to --out).
@@ -41,11 +45,19 @@ sys.path.insert(0, str(REPO))
 ROLES = ("planner", "router", "primitive", "verifier")
 
 
-def harvest_requests(calls: int, new_tokens: int):
-    """Real role prompts, round-robin over roles, from gold-teacher episodes on BFCL dev tasks."""
+def harvest_requests(calls: int, new_tokens: int | None):
+    """Real role prompts, round-robin over roles, from gold-teacher episodes on BFCL dev tasks.
+
+    ``new_tokens`` caps every answer; None gives each call the length of the answer the gold
+    teacher wrote for that very prompt (plus its end token), so the calls decode as much as
+    the roles do in the loop (median 160 Planner, 168 Router, 28 Primitive, 59 Verifier tokens).
+    """
+    from transformers import AutoTokenizer
+
     from data.teachers import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
+    from heart.models import prepare_smollm2
     from heart.runtime.base import GenerationRequest, SamplingConfig
     from heart.traces import TraceWriter, read_trace
 
@@ -59,12 +71,14 @@ def harvest_requests(calls: int, new_tokens: int):
                 run_episode(env, task, GoldTeacher(task, env.catalog()), trace=writer)
         for row in read_trace(path):
             if row["kind"] == "event" and row["role"] in by_role:
-                by_role[row["role"]].append(row["messages"])
-    sampling = SamplingConfig(max_new_tokens=new_tokens)
+                by_role[row["role"]].append((row["messages"], row["raw_output"]))
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_smollm2()))
     requests = []
     for i in range(calls):
         role = ROLES[i % 4]
-        requests.append(GenerationRequest(role, by_role[role][i // 4 % len(by_role[role])], sampling))
+        messages, answer = by_role[role][i // 4 % len(by_role[role])]
+        budget = new_tokens or len(tokenizer(answer)["input_ids"]) + 1
+        requests.append(GenerationRequest(role, messages, SamplingConfig(max_new_tokens=budget)))
     return requests
 
 
@@ -235,15 +249,36 @@ def memory(backend_fp32, backend_int8, base_path: str) -> dict:
             "int8_plus_adapters_over_four_merged": round(int8 / (4 * base), 3)}
 
 
+def concurrent_episodes(env, tasks, backend, config, sampling) -> tuple[float, float]:
+    """Every task's episode at once, each a client of one scheduler over ``backend``:
+    (wall seconds, the scheduler's mean calls per batch)."""
+    from heart.episode import run_episode
+    from heart.runtime.scheduler import BatchingBackend
+
+    scheduler = BatchingBackend(backend, max_batch_size=backend.max_batch_size)
+
+    def one(task):
+        with scheduler.client():
+            run_episode(env, task, scheduler, config=config, sampling=sampling)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(tasks)) as pool:
+        list(pool.map(one, tasks))
+    wall = time.perf_counter() - start
+    mean_batch = scheduler.stats().mean_batch_size
+    scheduler.close()
+    return wall, mean_batch
+
+
 def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) -> dict:
     """BFCL dev episodes: sequential fp32 episodes (whole-batch ``generate``, as the runtime issue
-    found it) vs concurrent fp32 episodes through the scheduler with continuous batching."""
+    found it) vs the same episodes concurrently, with continuous batching in torch and in
+    llama.cpp (fp32 and f16 weights)."""
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.loop import LoopConfig
     from heart.runtime.base import SamplingConfig
     from heart.runtime.hf import TransformersBackend
-    from heart.runtime.scheduler import BatchingBackend
 
     env = load_environment("bfcl")
     tasks = [env.load_task(t) for t in env.task_ids("dev")[:n]]
@@ -254,33 +289,12 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
     for task in tasks:
         run_episode(env, task, today, config=config, sampling=sampling)
     t_today = time.perf_counter() - t
-    fast = BatchingBackend(TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=batch),
-                           max_batch_size=batch)
-
-    def one(task):
-        with fast.client():
-            run_episode(env, task, fast, config=config, sampling=sampling)
-
-    t = time.perf_counter()
-    with ThreadPoolExecutor(len(tasks)) as pool:
-        list(pool.map(one, tasks))
-    t_fast = time.perf_counter() - t
-    fast_mean = fast.stats().mean_batch_size
-    fast.close()
-    del fast
-    llama_s = {}
-    for weights in ("f32", "f16"):
-        llama = BatchingBackend(fresh_llama(adapters, weights, batch), max_batch_size=batch)
-
-        def one_llama(task):
-            with llama.client():
-                run_episode(env, task, llama, config=config, sampling=sampling)
-
-        t = time.perf_counter()
-        with ThreadPoolExecutor(len(tasks)) as pool:
-            list(pool.map(one_llama, tasks))
-        llama_s[weights] = time.perf_counter() - t
-        llama.close()
+    del today
+    torch_backend = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=batch)
+    t_fast, fast_mean = concurrent_episodes(env, tasks, torch_backend, config, sampling)
+    del torch_backend
+    llama_s = {weights: concurrent_episodes(env, tasks, fresh_llama(adapters, weights, batch), config, sampling)[0]
+               for weights in ("f32", "f16")}
     return {"n_tasks": n, "settings": "budget 0, plans <= 2 steps, constrained, "
             f"max_new_tokens {max_new_tokens}", "today_s": round(t_today, 1), "continuous_s": round(t_fast, 1),
             "mean_batch": round(fast_mean, 2), "ratio": round(t_fast / t_today, 3),
@@ -291,7 +305,8 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=16, help="role calls per measurement (round-robin roles)")
-    parser.add_argument("--new-tokens", type=int, default=32, help="max new tokens per call")
+    parser.add_argument("--new-tokens", type=int, default=None,
+                        help="max new tokens per call (default: the length of the gold teacher's answer to it)")
     parser.add_argument("--batch", type=int, default=8, help="concurrent clients / batch size")
     parser.add_argument("--episodes", type=int, default=0, help="BFCL dev episodes to time (0: skip)")
     parser.add_argument("--episode-new-tokens", type=int, default=64, help="max new tokens per role call in episodes")
@@ -311,6 +326,7 @@ def main() -> int:
     report: dict = {"cpus": os.cpu_count(), "load_average_start": os.getloadavg(), "torch_threads": torch.get_num_threads(),
                     "calls": args.calls, "new_tokens": args.new_tokens, "batch": args.batch}
     requests = harvest_requests(args.calls, args.new_tokens)
+    report["max_new_tokens_per_call"] = [r.sampling.max_new_tokens for r in requests]
     with tempfile.TemporaryDirectory() as tmp:
         adapters = make_adapters(base_path, Path(tmp))
         if args.only_episodes:

@@ -13,16 +13,27 @@ fi
 .venv/bin/pip install -q --no-deps -r requirements-nodeps.txt
 # llama.cpp, the CPU role engine (heart.runtime.llamacpp), and its converter from peft adapters
 # to GGUF LoRA: PyPI ships llama-cpp-python as source only, so the first run compiles it
-# (~8 min on 2 cores) and unpacks the converter from the same release.
+# (~8 min on 2 cores) and unpacks the converter from the same release. The wheel it builds is
+# kept under $HEART_CACHE/wheels, keyed by this CPU's flags (llama.cpp compiles for the CPU it
+# is built on), so a new .venv or a fresh clone on this machine installs it without compiling.
 LLAMA_CPP_PYTHON=llama-cpp-python==0.3.36
 TOOLS=.venv/share/llama.cpp
+WHEELS=${HEART_CACHE:-$HOME/.cache/heart}/wheels/$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12)
 if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null || [ ! -f "$TOOLS/convert_lora_to_gguf.py" ]; then
   SDIST=$(mktemp -d)
   .venv/bin/pip download -q --no-deps --no-binary :all: "$LLAMA_CPP_PYTHON" -d "$SDIST" 2>&1 | grep -v "is ignored" || true
   if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
-    echo "setup: building $LLAMA_CPP_PYTHON (llama.cpp, CPU only)"
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip install -q "$SDIST"/llama_cpp_python-*.tar.gz
+    WHEEL=$(ls "$WHEELS"/llama_cpp_python-"${LLAMA_CPP_PYTHON#*==}"-*.whl 2>/dev/null | head -1 || true)
+    if [ -z "$WHEEL" ]; then
+      echo "setup: building $LLAMA_CPP_PYTHON (llama.cpp, CPU only; the wheel is kept in $WHEELS)"
+      mkdir -p "$WHEELS"
+      CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+        CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" .venv/bin/pip wheel -q --no-deps -w "$WHEELS" "$SDIST"/llama_cpp_python-*.tar.gz
+      WHEEL=$(ls "$WHEELS"/llama_cpp_python-"${LLAMA_CPP_PYTHON#*==}"-*.whl | head -1)
+    else
+      echo "setup: installing the llama.cpp wheel built earlier on this machine ($WHEEL)"
+    fi
+    .venv/bin/pip install -q "$WHEEL"
   fi
   mkdir -p "$TOOLS"
   SRC=llama_cpp_python-${LLAMA_CPP_PYTHON#*==}/vendor/llama.cpp
