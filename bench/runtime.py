@@ -17,7 +17,9 @@ continuous batching), ``fp32_batched`` with continuous batching. ``mean_batch`` 
 scheduler's calls per batch (continuous: per admission into the running batch).
 ``llamacpp_*`` serve the same fp32 weights and adapters with llama.cpp
 (:mod:`heart.runtime.llamacpp`): one call at a time, 8 clients through the scheduler, all
-16 calls in one ``generate_batch``; the episodes run concurrently on it too.
+16 calls in one ``generate_batch``; the episodes run concurrently on it too. Those sides use
+the engine's default speculative drafts from each call's context (exact under greedy
+decoding); ``*_no_drafts`` are the same f16 sides without them.
 
     OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens N] [--batch 8]
         [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching
@@ -149,12 +151,14 @@ def all_at_once(backend, requests):
     return (outs, wall, float(stats.mean_running)) if stats is not None else (outs, wall)
 
 
-def fresh_llama(adapters: dict[str, str], weights: str, batch: int):
-    """A llama.cpp backend whose role contexts exist (graphs built) but hold no bench prompt."""
+def fresh_llama(adapters: dict[str, str], weights: str, batch: int, drafts: bool = True):
+    """A llama.cpp backend whose role contexts exist (graphs built) but hold no bench prompt;
+    ``drafts``: the engine's default speculative drafts from the context, or none."""
     from heart.runtime.base import SamplingConfig
-    from heart.runtime.llamacpp import LlamaCppBackend
+    from heart.runtime.llamacpp import DRAFT_TOKENS, LlamaCppBackend
 
-    backend = LlamaCppBackend("smollm2-135m", adapters=adapters, weights=weights, max_batch_size=batch)
+    backend = LlamaCppBackend("smollm2-135m", adapters=adapters, weights=weights, max_batch_size=batch,
+                              draft_tokens=DRAFT_TOKENS if drafts else 0)
     for role in ROLES:
         backend.generate(role, [{"role": "user", "content": "hi"}], SamplingConfig(max_new_tokens=2))
     return backend
@@ -295,6 +299,8 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
     del torch_backend
     llama_s = {weights: concurrent_episodes(env, tasks, fresh_llama(adapters, weights, batch), config, sampling)[0]
                for weights in ("f32", "f16")}
+    llama_s["f16_no_drafts"] = concurrent_episodes(env, tasks, fresh_llama(adapters, "f16", batch, drafts=False),
+                                                   config, sampling)[0]
     return {"n_tasks": n, "settings": "budget 0, plans <= 2 steps, constrained, "
             f"max_new_tokens {max_new_tokens}", "today_s": round(t_today, 1), "continuous_s": round(t_fast, 1),
             "mean_batch": round(fast_mean, 2), "ratio": round(t_fast / t_today, 3),
@@ -371,6 +377,11 @@ def main() -> int:
             llama = fresh_llama(adapters, weights, args.batch)
             runs[f"{prefix}_all_at_once"] = timed_batch(llama, requests)
             report[f"{prefix}_all_at_once_stats"] = dataclasses.asdict(llama.stats)
+        # the same f16 sides without speculative drafts (heart.runtime.lookup): what drafting buys
+        runs["llamacpp_f16_sequential_no_drafts"] = sequential(fresh_llama(adapters, "f16", args.batch, drafts=False),
+                                                               requests)
+        runs["llamacpp_f16_all_at_once_no_drafts"] = timed_batch(fresh_llama(adapters, "f16", args.batch, drafts=False),
+                                                                 requests)
         base_outs, base_wall = runs["fp32_sequential_dynamic_cache"]
         base_rate = tok_s(base_outs, base_wall)
         report["throughput"] = {}

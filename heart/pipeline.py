@@ -86,8 +86,10 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     engine: Literal["peft", "llamacpp"] = "peft"
-    """In-process engine of both evaluations (base and distilled alike): peft, or llamacpp
-    (GGUF on a CPU; the same greedy answers at fp32 weights, several times faster here)."""
+    """In-process engine of the evaluations (base and distilled alike): peft, or llamacpp
+    (GGUF on a CPU; the same greedy answers at fp32 weights up to arithmetic order, faster here)."""
+    e2e_engine: Literal["peft", "llamacpp"] | None = None
+    """Engine of the end-to-end evaluation when it differs from ``engine`` (None: ``engine``)."""
     roles_limit: Annotated[int, Field(ge=0)] = 16
     """Held-out rows per role for the per-role evaluation (0 = all)."""
     roles_args: list[str] = field(default_factory=list)
@@ -175,11 +177,12 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
     # each evaluation runs both sides in one process: they share the model and decode in one batch
     engine = ["--engine", e.engine]
+    e2e_engine = ["--engine", e.e2e_engine or e.engine]
     eval_roles = [["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
                    str(run / "adapters"), *base, *engine, "--only", ",".join(t.roles), *limit, *e.roles_args,
                    "--out", str(run / "eval" / "roles-distilled"), "--base-out", str(run / "eval" / "roles-base")]]
     eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", str(run / "adapters"),
-                 *base, *engine, "--limit", str(e.e2e_limit), *e.e2e_args,
+                 *base, *e2e_engine, "--limit", str(e.e2e_limit), *e.e2e_args,
                  "--out", str(run / "eval" / "e2e-distilled"),
                  "--base-out", str(run / "eval" / "e2e-base")]]
     return [

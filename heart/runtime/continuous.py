@@ -110,6 +110,10 @@ class DecodeStats:
     """Prompt tokens of the rows prefilled."""
     prefix_tokens_reused: int = 0
     """Of those, tokens whose keys and values came from the prefix cache (not computed)."""
+    drafted: int = 0
+    """Draft tokens fed for verification (speculative decoding; :mod:`heart.runtime.lookup`)."""
+    accepted: int = 0
+    """Of those, tokens the row's own greedy choice reproduced (kept in its answer)."""
 
     @property
     def mean_running(self) -> float:

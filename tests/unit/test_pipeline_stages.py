@@ -141,6 +141,16 @@ def test_eval_stages_call_the_eval_commands(recipe):
     assert "--split test" in " ".join(by_name["collect_test"].commands[0])
 
 
+def test_the_end_to_end_evaluation_may_run_on_its_own_engine(recipe):
+    import dataclasses
+
+    config, folder = load_pipeline(recipe)
+    config = dataclasses.replace(config, eval=dataclasses.replace(config.eval, e2e_engine="llamacpp"))
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    assert "--engine peft" in " ".join(by_name["eval_roles"].commands[0])
+    assert "--engine llamacpp" in " ".join(by_name["eval_e2e"].commands[0])
+
+
 @pytest.mark.parametrize("content, expected", [
     ({"colect": {}}, "unknown key 'colect'"),
     ({"collect": {"limt": 2}}, "unknown key 'collect.limit'".replace("limit", "limt")),
