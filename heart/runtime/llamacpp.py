@@ -122,9 +122,7 @@ class _RoleContext:
             adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(lora)
             if llama_cpp.llama_set_adapters_lora(self.ctx.ctx, adapters, 1, (ctypes.c_float * 1)(1.0)) != 0:
                 raise RuntimeError("llama.cpp refused to attach the LoRA adapter to its context")
-        self.batch_capacity = max(BATCH_TOKENS, slots)
-        """Entries one ``decode`` call may hold."""
-        self.batch = _internals.LlamaBatch(n_tokens=self.batch_capacity, embd=0, n_seq_max=1, verbose=False)
+        self.batch = _internals.LlamaBatch(n_tokens=max(BATCH_TOKENS, slots), embd=0, n_seq_max=1, verbose=False)
         self.slot_tokens = slot_tokens
         self.cached: list[list[int]] = [[] for _ in range(slots)]
         """The tokens whose keys and values each slot holds."""
@@ -371,8 +369,9 @@ class LlamaCppBackend(AdapterEngine):
         the draft's longest prefix that its own greedy choices reproduce, plus the token
         chosen after it. Without drafts, one token per row, as plain decoding."""
         # Drafts pay off while a call's fixed cost dominates (few rows); in a full batch every
-        # entry costs compute, and rejected drafts are waste: room shrinks with the rows.
-        room = max(0, min(DRAFT_ENTRIES, context.batch_capacity) // len(rows) - 1)
+        # entry costs compute, and rejected drafts are waste: room shrinks with the rows (and a
+        # call never holds more than max(rows, DRAFT_ENTRIES) entries, within the batch's size).
+        room = max(0, DRAFT_ENTRIES // len(rows) - 1)
         drafts = [self._draft(row, context, room) for row in rows]
         entries, firsts, lengths = [], [], []
         for row, draft in zip(rows, drafts):
