@@ -1,8 +1,9 @@
 """CPU training throughput: today's SmolLM2 recipe vs the shipped one, one epoch of the same rows each.
 
-"Today's recipe" is the recipe as first shipped (LoRA r=8 on every linear layer of all 30
-layers, batch 2 padded, full system prompt); "shipped" is recipes/smollm2-135m/<role>.yaml as
-it is now (LoRA only on the top layers, padding-free batches, short system prompt, only the
+"Today's recipe" is the recipe as first shipped (LoRA r=8, dropout 0.05, on every linear
+layer of all 30 layers, batch 2 padded, full system prompt); "shipped" is
+recipes/smollm2-135m/<role>.yaml as it is now (LoRA without dropout on the top layers only,
+one example per micro-batch with gradients accumulated over 2, short system prompt, only the
 labelled positions through the LM head); "shipped, full head" is the shipped recipe with every
 position through the LM head (TRL's default off CUDA), to isolate that change. Each runs
 ``python -m train.sft`` in their own process, one after the other, on the same N rows of the
@@ -28,9 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # The recipe as first shipped (git history of recipes/smollm2-135m/*.yaml), as overrides of today's file.
-TODAY = ["lora.top_layers=0", "lora.target_modules=all-linear", "sft.padding_free=false", "sft.batch_size=2",
-         "sft.head_on_labels_only=false",
-         "sft.grad_accum=1", "data.system_prompt=full"]
+TODAY = ["lora.top_layers=0", "lora.target_modules=all-linear", "lora.dropout=0.05", "sft.padding_free=false",
+         "sft.batch_size=2", "sft.head_on_labels_only=false", "sft.grad_accum=1", "data.system_prompt=full"]
 # The shipped recipe with TRL's CPU default of projecting every position through the LM head: isolates that change.
 FULL_HEAD = ["sft.head_on_labels_only=false"]
 

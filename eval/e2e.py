@@ -45,6 +45,7 @@ from eval.models import (RoleModels, check_sides_agree, resolve_role_models, sha
 from eval.roles import MAX_NEW_TOKENS
 from eval.stats import bootstrap, pass_hat_k
 from heart.runtime.base import Backend, SamplingConfig
+from heart.runtime.engines import ENGINE_SPECS
 from heart.runtime.scheduler import BatchingBackend
 
 RESULTS = "e2e.json"
@@ -332,8 +333,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="first N tasks of the split")
     parser.add_argument("--task", action="append", default=[], help="only this task of the split (repeatable)")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--engine", choices=["peft", "llamacpp"], default="peft",
-                        help="in-process engine (llamacpp: GGUF on CPU, same greedy answers at fp32, faster)")
+    parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
+                        help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
+                             "faster; llamacpp:f16 for f16 base weights, faster again)")
     parser.add_argument("--budget", type=int, default=3, help="re-plan budget B (multi-turn)")
     parser.add_argument("--max-clarifications", type=int, default=2)
     parser.add_argument("--max-plan-steps", type=int, default=6)

@@ -37,6 +37,7 @@ from eval.models import (RoleModels, check_sides_agree, resolve_role_models, sha
 from eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
 from heart.roles.common import role_input
 from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
+from heart.runtime.engines import ENGINE_SPECS
 
 RESULTS = "roles.json"
 EXAMPLES = "roles_examples.jsonl"
@@ -318,8 +319,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default=",".join(ROLES), help="comma-separated roles to evaluate")
     parser.add_argument("--limit", type=int, help="at most N rows per role (seeded sample)")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--engine", choices=["peft", "llamacpp"], default="peft",
-                        help="in-process engine (llamacpp: GGUF on CPU, same greedy answers at fp32, faster)")
+    parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
+                        help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
+                             "faster; llamacpp:f16 for f16 base weights, faster again)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="per answer (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--no-constrain", action="store_true", help="decode without the serving schemas")

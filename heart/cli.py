@@ -23,6 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from heart.runtime.engines import ENGINE_SPECS
+
 DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
 
 
@@ -298,8 +300,9 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quantize", choices=["int8"], default=None,
                    help="in-process model: int8 dynamic-quantised base linears, role LoRA kept exact (CPU)")
-    p.add_argument("--engine", choices=["peft", "llamacpp"], default="peft",
-                   help="in-process engine: transformers + peft, or llama.cpp (GGUF, CPU; same greedy answers)")
+    p.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
+                   help="in-process engine: transformers + peft, or llama.cpp (GGUF, CPU; same greedy answers up "
+                        "to arithmetic order; llamacpp:f16 for f16 base weights)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -313,7 +316,7 @@ def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible server: model name = role (planner, router, ..., base)")
     p.add_argument("--model", default="smollm2-135m", help="base: embedded name, local folder or HF id")
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=PATH", help="role adapter (repeatable)")
-    p.add_argument("--engine", choices=["peft", "llamacpp", "vllm"], default="peft",
+    p.add_argument("--engine", choices=[*ENGINE_SPECS, "vllm"], default="peft",
                    help="peft or llama.cpp in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
     p.add_argument("--quantize", choices=["int8"], default=None, help="peft engine: int8 base linears (CPU)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; no authentication)")

@@ -33,8 +33,10 @@ import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
 from heart import ROLES
+from heart.runtime.engines import ENGINE_SPECS
 
 Env = Literal["bfcl", "agentdojo"]
+EngineSpec = Literal[ENGINE_SPECS]  # type: ignore[valid-type]  (a tuple subscript: one Literal of each)
 STAMP_VERSION = 1
 
 
@@ -85,10 +87,11 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    engine: Literal["peft", "llamacpp"] = "peft"
+    engine: EngineSpec = "peft"
     """In-process engine of the evaluations (base and distilled alike): peft, or llamacpp
-    (GGUF on a CPU; the same greedy answers at fp32 weights up to arithmetic order, faster here)."""
-    e2e_engine: Literal["peft", "llamacpp"] | None = None
+    (GGUF on a CPU; the same greedy answers up to arithmetic order, faster here), with its base
+    weights' precision if not f32 (``llamacpp:f16``)."""
+    e2e_engine: EngineSpec | None = None
     """Engine of the end-to-end evaluation when it differs from ``engine`` (None: ``engine``)."""
     roles_limit: Annotated[int, Field(ge=0)] = 16
     """Held-out rows per role for the per-role evaluation (0 = all)."""

@@ -382,3 +382,24 @@ def test_ungrounded_and_schema_invalid_answers_are_dropped_and_the_checks_printe
         "full system prompt, indented input (before)"}
     card = (tmp_path / "run" / "datasets" / "router" / "README.md").read_text()
     assert "grounded rate" in card and "| `router_ungrounded` | 1 |" in card
+
+
+def test_the_same_episodes_in_another_order_give_the_same_datasets(tmp_path):
+    """Concurrent episodes append to a trace in whatever order they finish; the datasets, and
+    so every seeded sample drawn from them, must not depend on it."""
+    write_run(tmp_path / "written")
+    lines = (tmp_path / "written" / "traces" / "shard-0.jsonl").read_text().splitlines(keepends=True)
+    by_episode: dict[str, list[str]] = {}
+    for line in lines:
+        by_episode.setdefault(json.loads(line)["episode_id"], []).append(line)
+    assert len(by_episode) >= 4
+    orders = {"in_order": list(by_episode), "reversed": list(reversed(by_episode))}
+    built = {}
+    for name, order in orders.items():
+        (tmp_path / name / "traces").mkdir(parents=True)
+        (tmp_path / name / "traces" / "shard-0.jsonl").write_text("".join(line for e in order for line in by_episode[e]))
+        build_role_datasets(tmp_path / name, tmp_path / name / "datasets", BuildOptions(token_counter="whitespace"))
+        datasets = {role: load(tmp_path / name / "datasets", role) for role in ("planner", "router", "primitive", "verifier")}
+        built[name] = {role: {split: rows.to_list() for split, rows in splits.items()} for role, splits in datasets.items()}
+    assert built["in_order"] == built["reversed"]
+    assert any(rows for splits in built["in_order"].values() for rows in splits.values())

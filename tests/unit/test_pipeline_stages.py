@@ -151,6 +151,18 @@ def test_the_end_to_end_evaluation_may_run_on_its_own_engine(recipe):
     assert "--engine llamacpp" in " ".join(by_name["eval_e2e"].commands[0])
 
 
+def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
+    content = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**content, "eval": {"engine": "llamacpp:f16"}}))
+    config, folder = load_pipeline(recipe)
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    assert "--engine llamacpp:f16" in " ".join(by_name["eval_roles"].commands[0])
+    assert "--engine llamacpp:f16" in " ".join(by_name["eval_e2e"].commands[0])
+    recipe.write_text(yaml.safe_dump({**content, "eval": {"engine": "llamacpp:f8"}}))
+    with pytest.raises(PipelineError, match="'eval.engine'.*llamacpp:f16"):
+        load_pipeline(recipe)
+
+
 @pytest.mark.parametrize("content, expected", [
     ({"colect": {}}, "unknown key 'colect'"),
     ({"collect": {"limt": 2}}, "unknown key 'collect.limit'".replace("limit", "limt")),
