@@ -20,7 +20,9 @@ from __future__ import annotations
 
 ENGINES = ("peft", "llamacpp")
 LLAMACPP_WEIGHTS = ("f32", "f16", "q8_0", "shipped")
-"""Base precisions llama.cpp can run (:data:`heart.runtime.gguf_files.BASE_WEIGHTS`; a test checks they agree)."""
+"""Base precisions llama.cpp can run: :data:`heart.runtime.gguf_files.BASE_WEIGHTS`'s keys, written
+out so that building a CLI parser does not import that module's numpy and ToolFace (~0.3 s); a
+test checks they agree."""
 ENGINE_SPECS = (*ENGINES, *(f"llamacpp:{w}" for w in LLAMACPP_WEIGHTS))
 """What ``--engine`` takes: an engine, or llama.cpp with its base weights' precision (bare ``llamacpp``: f32)."""
 

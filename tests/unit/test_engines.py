@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from heart.runtime import engines
 from heart.runtime.base import SamplingConfig
@@ -45,7 +46,7 @@ class OnlyTokens:
         words = np.zeros(bitmask.shape[1], dtype=np.uint32)
         for token in self.allowed:
             words[token >> 5] |= np.uint32(1 << (token & 31))
-        bitmask[index] = __import__("torch").from_numpy(words.view(np.int32))
+        bitmask[index] = torch.from_numpy(words.view(np.int32))
 
     def accept_token(self, token: int) -> bool:
         assert token in self.allowed, f"the engine chose {token}, which the grammar does not allow"
