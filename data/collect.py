@@ -199,7 +199,7 @@ def collect(args: argparse.Namespace) -> int:
         with teacher.client():
             return run_episode(environment, task, teacher(task, seed), config=config, trace=writer, seed=seed)
 
-    with TraceWriter(shard, exclusive=True) as writer, tqdm(total=len(jobs), unit="ep", desc="collect") as bar:
+    with TraceWriter(shard, exclusive=True) as writer, tqdm(total=len(jobs), unit="ep", desc=f"collect {args.env}") as bar:
         workers = args.concurrency
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(one, job) for job in jobs]

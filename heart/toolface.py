@@ -146,17 +146,24 @@ def unique_temp_path(path: Path) -> Path:
 
 
 _embedder_lock = threading.Lock()
+_in_memory: dict[tuple[str, str], np.ndarray] = {}
+"""Embeddings by (cache folder, text hash), shared by the process's Embedders (see :class:`Embedder`)."""
 
 
 @lru_cache(maxsize=1)
 def _load_embedder():
-    from sentence_transformers import SentenceTransformer
+    from heart.minilm import MiniLM  # sentence-transformers' vectors without its 5 s import
 
-    return SentenceTransformer(str(minilm_path()), device="cpu")
+    return MiniLM(minilm_path())
 
 
 class Embedder:
-    """MiniLM sentence embeddings, normalised, with an on-disk cache keyed by text hash."""
+    """MiniLM sentence embeddings, normalised, cached on disk by text hash and in memory.
+
+    The memory layer is shared by every Embedder of the process: each episode builds its own
+    ToolFace, and each of them reads the same query log and tool texts; on a BFCL train
+    collection, loading them from their files again took as long as the episodes' own work.
+    """
 
     dim = 384
     batch_size = 64
@@ -166,47 +173,69 @@ class Embedder:
     """torch threads for encoding a handful of texts (a query). On the shared 2-core CPU one
     query took ~50 ms with one thread and 560-1,400 ms with two (threads spin-waiting on
     busy cores); large batches keep torch's default."""
+    memory_entries = 200_000
+    """Vectors held in memory (1.5 KB each); the oldest go first beyond this."""
 
     def __init__(self, cache_dir: Path | None = None):
         self.cache_dir = (cache_dir or default_cache_dir()) / "embeddings"
+        self._folder = str(self.cache_dir)  # memory is a layer over this folder, not over all
 
     def embed(self, texts: list[str]) -> np.ndarray:
         keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
         vectors: dict[str, np.ndarray] = {}
         missing: dict[str, str] = {}
         for key, text in zip(keys, texts):
-            path = self.cache_dir / f"{key}.npy"
             if key in vectors or key in missing:
                 continue
-            if path.exists():
-                vectors[key] = np.load(path)
-            else:
-                missing[key] = text
-        if missing:
-            import torch
-
-            with _embedder_lock:
-                model = _load_embedder()
-                threads = torch.get_num_threads()
-                if len(missing) <= 4:
-                    torch.set_num_threads(self.small_batch_threads)
-                try:
-                    encoded = model.encode(
-                        list(missing.values()), batch_size=self.batch_size, normalize_embeddings=True,
-                        convert_to_numpy=True, show_progress_bar=len(missing) >= self.progress_from,
-                    )
-                finally:
-                    torch.set_num_threads(threads)
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            for key, vector in zip(missing, encoded):
-                vector = vector.astype(np.float32)
-                vectors[key] = vector
+            vector = _in_memory.get((self._folder, key))
+            if vector is None:
                 path = self.cache_dir / f"{key}.npy"
-                tmp = unique_temp_path(path)
-                with open(tmp, "wb") as f:
-                    np.save(f, vector)
-                os.replace(tmp, path)
+                if path.exists():
+                    vector = self._remember(key, np.load(path))
+            if vector is None:
+                missing[key] = text
+            else:
+                vectors[key] = vector
+        if missing:
+            with _embedder_lock:
+                # Concurrent episodes on a cold cache ask for the same texts (the query log,
+                # a shared class's tools): whatever another thread embedded meanwhile is done.
+                for key in [k for k in missing if (self._folder, k) in _in_memory]:
+                    vectors[key] = _in_memory[(self._folder, key)]
+                    del missing[key]
+                if missing:
+                    vectors.update(self._encode(missing))
         return np.stack([vectors[k] for k in keys]).astype(np.float32)
+
+    def _encode(self, missing: dict[str, str]) -> dict[str, np.ndarray]:
+        """Embed texts by key, writing each to the disk cache and to memory (lock held)."""
+        import torch
+
+        model = _load_embedder()
+        threads = torch.get_num_threads()
+        if len(missing) <= 4:
+            torch.set_num_threads(self.small_batch_threads)
+        try:
+            encoded = model.encode(list(missing.values()), batch_size=self.batch_size,
+                                   show_progress_bar=len(missing) >= self.progress_from)
+        finally:
+            torch.set_num_threads(threads)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        vectors = {}
+        for key, vector in zip(missing, encoded):
+            vectors[key] = self._remember(key, vector.astype(np.float32))
+            path = self.cache_dir / f"{key}.npy"
+            tmp = unique_temp_path(path)
+            with open(tmp, "wb") as f:
+                np.save(f, vectors[key])
+            os.replace(tmp, path)
+        return vectors
+
+    def _remember(self, key: str, vector: np.ndarray) -> np.ndarray:
+        if len(_in_memory) >= self.memory_entries:
+            _in_memory.pop(next(iter(_in_memory)), None)
+        _in_memory[(self._folder, key)] = vector
+        return vector
 
     def embed_query(self, text: str) -> np.ndarray:
         # Queries repeat across seeds, teachers and re-runs of a split: cache them like docs.

@@ -14,8 +14,11 @@ does: ``utility_from_traces`` first (a few slack tasks judge the call trace), el
 from __future__ import annotations
 
 import copy
+import datetime
 import re
-from functools import cached_property
+import threading
+import types
+from functools import cache, cached_property
 from typing import Any
 
 from heart.environments.base import EpisodeScore, Task, ToolCall, ToolExecutionError
@@ -180,6 +183,42 @@ class AgentDojoEnvironment:
         return AttackedAgentDojoEnvironment(self, task_id, injection_task_id, attack)
 
 
+# --- The episode clock ---------------------------------------------------------------------
+EPISODE_START = datetime.datetime(2026, 1, 1, 9, 0)
+"""What ``datetime.now()`` reads inside an episode's first tool call; each later call of it in
+the episode reads one second more. Like the wall clock, it is later than every timestamp in
+the suites' environments, so orderings by date are the ones AgentDojo gets."""
+_episode = threading.local()
+
+
+class _EpisodeDatetime(datetime.datetime):
+    """``datetime.datetime`` whose ``now()`` is the running episode's clock (the wall clock
+    outside an episode's tool call)."""
+
+    @classmethod
+    def now(cls, tz=None):
+        ticks = getattr(_episode, "ticks", None)
+        if ticks is None:
+            return datetime.datetime.now(tz)
+        _episode.ticks = ticks + 1
+        return EPISODE_START + datetime.timedelta(seconds=ticks)
+
+
+@cache
+def _use_episode_clocks() -> None:
+    """Point AgentDojo's tools that stamp what they create (``send_email``, ``create_file``,
+    ``append_to_file``) at the episode clock. With the wall clock, the same episode wrote
+    other timestamps on every run, so a few Verifier rows (4 of ~350), the Verifier's training
+    sample and its adapter changed between two runs of the same pipeline."""
+    from agentdojo.default_suites.v1.tools import cloud_drive_client, email_client
+
+    clocked = types.ModuleType("datetime")
+    clocked.__dict__.update({k: v for k, v in vars(datetime).items() if not k.startswith("__")})
+    clocked.datetime = _EpisodeDatetime
+    for module in (cloud_drive_client, email_client):
+        module.datetime = clocked
+
+
 class AgentDojoSession(LoggedSession):
     """One AgentDojo episode: its environment copy, its suite's tools, and the call log."""
 
@@ -199,11 +238,18 @@ class AgentDojoSession(LoggedSession):
         self.tools: list[Tool] = [
             Tool(spec=specs[f.name], fn=self._bind(f.name)) for f in suite.tools
         ]
+        self._ticks = 0
+        """The episode clock: seconds past EPISODE_START read so far by its tool calls."""
+        _use_episode_clocks()
 
     def _bind(self, name: str):
         def call(**arguments):
             self._log.record(name, arguments)
-            result, error = self._runtime.run_function(self.environment, name, arguments)
+            _episode.ticks = self._ticks  # tool calls run in the episode's own thread
+            try:
+                result, error = self._runtime.run_function(self.environment, name, arguments)
+            finally:
+                self._ticks, _episode.ticks = _episode.ticks, None
             if error is not None:
                 raise ToolExecutionError(error)
             return jsonable(result)

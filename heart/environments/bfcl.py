@@ -30,6 +30,7 @@ import importlib.util  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
+import threading  # noqa: E402
 import uuid  # noqa: E402
 from functools import cached_property  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -80,6 +81,10 @@ CLARIFY_ANSWER = (
 """BFCL base tasks state all information up front, so a clarification gets no new facts."""
 
 _BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+_AST_LOCK = threading.Lock()
+"""CPython 3.11 keeps the AST-to-object conversion's recursion depth in shared state, so
+``ast.parse`` in concurrent threads can fail with ``SystemError: AST constructor recursion
+depth mismatch``; a BFCL train collection at concurrency 8 lost an episode to it."""
 _ENUM_IN_DESCRIPTION = re.compile(r"\[Enum\]:\s*(\[.*?\])")
 
 
@@ -217,12 +222,14 @@ class BFCLEnvironment:
 
     def _parse_gold(self, call_string: str) -> ToolCall:
         """A gold call string (positional arguments allowed) as a call with keywords."""
-        node = ast.parse(call_string.strip(), mode="eval").body
+        with _AST_LOCK:
+            node = ast.parse(call_string.strip(), mode="eval").body
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             raise ValueError(f"unexpected BFCL gold call {call_string!r}")
         name = node.func.id
         method = getattr(_backend_class(self._class_of[name]), name)
         params = [p for p in inspect.signature(method).parameters if p != "self"]
+        # literal_eval of a node converts no source, so it needs no lock
         arguments = {params[i]: ast.literal_eval(arg) for i, arg in enumerate(node.args)}
         arguments.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
         return ToolCall(name, arguments)

@@ -35,6 +35,24 @@ into the JSON form; teachers' answers start with it too, so adapters learn it ei
 INSTRUCTION = "Write the dispatch for every step of this plan."
 
 REQUEST_CHARS = 200
+VALUE_CHARS, VALUE_ITEMS, VALUE_KEYS = 512, 16, 8
+"""Limits of a binding's value when decoding is constrained: characters of a string, items of a
+list, keys of an object. The gold bindings of the BFCL and AgentDojo collections hold strings
+of 205 characters at most (78 at the 99th percentile), lists of 5 items and objects of 2 keys."""
+_SCALAR = {"anyOf": [{"type": "string", "maxLength": VALUE_CHARS}, {"type": "number"},
+                     {"type": "boolean"}, {"type": "null"}]}
+_FLAT_OBJECT = {"type": "object", "additionalProperties": _SCALAR, "maxProperties": VALUE_KEYS}
+BINDING_VALUE = {"anyOf": [*_SCALAR["anyOf"], _FLAT_OBJECT,
+                           {"type": "array", "items": {"anyOf": [*_SCALAR["anyOf"], _FLAT_OBJECT]},
+                            "maxItems": VALUE_ITEMS}]}
+"""A binding's value when decoding is constrained: a scalar (a literal or a ``$step_j`` reference),
+a flat object, or a list of those (AgentDojo's ``send_email`` attachments are
+``[{"type": "file", "file_id": "19"}]``), as the tools' parameters are: every gold binding of
+the collections is one. Free JSON let small models nest dispatches inside a binding, or
+repeat keys and items, until their token budget ran out: a third of the held-out Router
+answers, base and distilled.
+Deeper values (an attachment holding a whole calendar event) are out of reach when
+constrained; no gold call uses one."""
 PRIORITIES = ("low", "normal", "high")
 PRIORITY_RANK = {p: i for i, p in enumerate(PRIORITIES)}
 
@@ -131,8 +149,8 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RouterOut
 
 def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """JSON Schema of a valid dispatch for this plan: one entry per step, in order, each
-    binding every required parameter of its tool and only parameters it has (values free:
-    literals or $step_j references)."""
+    binding every required parameter of its tool and only parameters it has (values:
+    literals or $step_j references, as :data:`BINDING_VALUE`)."""
     def entry(step: int, tool: str) -> dict[str, Any]:
         params = tools.get(tool, {"required": [], "optional": []})
         return {"type": "object", "additionalProperties": False,
@@ -142,7 +160,7 @@ def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) 
                     "invocation_request": {"type": "string", "maxLength": REQUEST_CHARS},
                     "resolved_bindings": {"type": "object", "additionalProperties": False,
                                           "required": list(params["required"]),
-                                          "properties": {p: {} for p in params["required"] + params["optional"]}},
+                                          "properties": {p: BINDING_VALUE for p in params["required"] + params["optional"]}},
                     "h_params": {"type": "object", "additionalProperties": False,
                                  "required": ["retry", "priority", "timeout_s"],
                                  "properties": {"retry": {"enum": [1, 2, 3, 4, 5]},

@@ -214,3 +214,38 @@ def test_dropping_the_last_state_changing_call_fails(env):
     assert task.gold[0][-1].name == "create_calendar_event"
     _, score = replay(env, task, task.gold[0][:-1])
     assert not score.success
+
+
+def test_what_an_episode_creates_is_stamped_by_its_own_clock_not_the_wall_clock(env):
+    """Two runs of the same calls write the same timestamps, even when another episode's
+    calls interleave in another thread; each call that reads the clock moves it one second.
+    With the wall clock, the same pipeline's Verifier rows changed between runs."""
+    import datetime
+    import threading
+
+    from heart.environments.agentdojo import EPISODE_START
+
+    task = env.load_task("workspace/user_task_0")
+    calls = [ToolCall("create_file", {"filename": "a.txt", "content": "one"}),
+             ToolCall("create_file", {"filename": "b.txt", "content": "two"}),
+             ToolCall("send_email", {"recipients": ["x@y.z"], "subject": "s", "body": "b"})]
+    stamps = {}
+
+    def run(name):
+        session, _ = replay(env, task, calls, response="done")
+        drive = session.environment.cloud_drive.files
+        created = sorted((f for f in drive.values() if f.filename in {"a.txt", "b.txt"}), key=lambda f: f.filename)
+        sent = [e for e in session.environment.inbox.emails.values() if e.subject == "s"]
+        stamps[name] = [f.last_modified for f in created] + [e.timestamp for e in sent]
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = [EPISODE_START + datetime.timedelta(seconds=s) for s in range(3)]
+    assert stamps["first"] == stamps["second"] == expected
+    # outside an episode's tool call the tools' clock is the wall clock again
+    from agentdojo.default_suites.v1.tools import email_client
+
+    assert abs(email_client.datetime.datetime.now() - datetime.datetime.now()) < datetime.timedelta(seconds=5)

@@ -44,8 +44,18 @@ def calls(monkeypatch):
                 (folder / "written-by.txt").write_text(" ".join(command))
         return 0
 
-    monkeypatch.setattr(pipeline.subprocess, "call", fake_call)
+    monkeypatch.setattr(pipeline.subprocess, "Popen", lambda argv, env=None: _Finished(fake_call(argv, env)))
     return seen
+
+
+class _Finished:
+    """A started command that has already exited with ``status``."""
+
+    def __init__(self, status):
+        self.status = status
+
+    def wait(self):
+        return self.status
 
 
 def test_until_train_runs_three_stages_in_order_and_stamps_them(recipe, calls, capsys):
@@ -117,10 +127,39 @@ def test_one_stage_alone_and_a_missing_input(recipe, calls, capsys):
 
 
 def test_a_failing_command_stops_the_pipeline_without_a_stamp(recipe, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline.subprocess, "call", lambda argv, env=None: 3)
+    monkeypatch.setattr(pipeline.subprocess, "Popen", lambda argv, env=None: _Finished(3))
     assert run_pipeline(recipe) == 3
     assert "collect: failed" in capsys.readouterr().err
     assert not Path("run/stamps/collect.json").exists()
+
+
+def test_concurrent_commands_start_together_and_one_failure_fails_the_stage(tmp_path, capsys):
+    """A concurrent stage starts every command before waiting for any (each sleeps 1 s: together
+    they take ~1 s, not ~2), waits for all, and fails with the failing one's status."""
+    import sys
+    import time
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(1)"]
+    stage = pipeline.Stage("collect", [sleep, sleep], [], [tmp_path / "out"], concurrent=True)
+    start = time.perf_counter()
+    assert pipeline.run_stage(tmp_path, stage, "k")[0] == 0
+    assert time.perf_counter() - start < 1.8
+    assert json.loads((tmp_path / "stamps" / "collect.json").read_text())["key"] == "k"
+
+    fail = [sys.executable, "-c", "import sys, time; time.sleep(0.2); sys.exit(4)"]
+    marker = tmp_path / "finished.txt"
+    slow = [sys.executable, "-c", f"import time; time.sleep(1); open({str(marker)!r}, 'w').write('done')"]
+    failing = pipeline.Stage("collect", [fail, slow], [], [tmp_path / "out"], concurrent=True)
+    assert pipeline.run_stage(tmp_path, failing, "k2")[0] == 4
+    assert marker.exists()  # the other command ran to its end before the stage reported
+    assert "collect: failed" in capsys.readouterr().err
+    assert not (tmp_path / "stamps" / "collect.json").exists()
+
+
+def test_collections_run_concurrently_and_the_rest_one_at_a_time(recipe):
+    config, folder = load_pipeline(recipe)
+    concurrent = {s.name for s in pipeline.stages(config, folder) if s.concurrent}
+    assert concurrent == {"collect", "collect_test"}
 
 
 def test_eval_stages_call_the_eval_commands(recipe):

@@ -59,6 +59,29 @@ def test_router_schema_pins_steps_tools_required_and_parameter_names():
     assert not valid(schema, {**good, "dispatch": [retry0, good["dispatch"][1]]})
 
 
+def test_router_binding_values_are_flat_as_tool_parameters_are():
+    """Scalars, $step references, flat objects and lists of those bind; a dispatch nested
+    inside a binding (what runaway small models wrote) does not."""
+    payload = router.build_payload("q", [{"step": 1, "tool_hint": "send", "objective": "", "dependencies": []}],
+                                   {"send": {"required": ["to"], "optional": ["cc", "attachment"]}})
+    schema = router.schema_for_input(payload)
+
+    def answer(bindings):
+        return {"status": "READY", "dispatch": [{"step": 1, "target_tool": "send", "invocation_request": "r",
+                                                 "resolved_bindings": bindings,
+                                                 "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}
+
+    for bindings in ({"to": "a@b.c"}, {"to": "$step_1.result.email"}, {"to": 3, "cc": None},
+                     {"to": ["a@b.c", "d@e.f"], "cc": [1.5, True]}, {"to": "x", "attachment": {"type": "file", "id": "7"}},
+                     {"to": "x", "attachment": [{"type": "file", "file_id": "19"}]}):
+        assert valid(schema, answer(bindings)), bindings
+    for bindings in ({"to": {"target_tool": "send", "resolved_bindings": {"to": "x"}}},  # nested dispatch
+                     {"to": [["a"]]}, {"to": [{"id": {"deeper": 1}}]},  # lists hold scalars or flat objects
+                     {"to": "x" * (router.VALUE_CHARS + 1)}, {"to": list(range(router.VALUE_ITEMS + 1))},
+                     {"to": "x", "attachment": {f"k{i}": i for i in range(router.VALUE_KEYS + 1)}}):
+        assert not valid(schema, answer(bindings)), bindings
+
+
 def test_primitive_schema_is_the_tools_own_argument_schema():
     params = {"type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}
     schema = primitive.schema_for_input(primitive.build_payload("go", {}, primitive.tool_card("cd", "d", params)))

@@ -258,12 +258,51 @@ def test_retrieval_config_rejects_bad_values():
 
 
 # -- cache writes under concurrency (issue 13) ----------------------------------------------
-def test_threads_on_a_cold_cache_do_not_race_on_temp_files(tmp_path, monkeypatch):
-    """Every thread embeds the same texts into an empty cache at once. With temp names made
-    of the process id only, threads wrote the same temp file and the second os.replace
-    found it gone (FileNotFoundError) or moved a half-written file."""
+def test_threads_on_a_cold_cache_embed_a_shared_text_once(tmp_path, monkeypatch):
+    """Every thread embeds the same text into an empty cache at once, as concurrent episodes
+    do with the query log and a shared class's tools. The text is encoded once and written
+    once: the others find it in memory after waiting for the lock (before, each thread
+    encoded it again, and with pid-only temp names threads clobbered each other's temp file)."""
     import threading
 
+    import numpy as np
+
+    import heart.toolface as toolface_module
+
+    encoded = []
+
+    class Model:
+        def encode(self, texts, **kwargs):
+            encoded.append(list(texts))
+            return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    barrier = threading.Barrier(4, timeout=5)
+    embedder = Embedder(tmp_path)
+    errors, results = [], []
+
+    def work():
+        try:
+            barrier.wait()  # all four ask before any has an answer
+            results.append(embedder.embed(["one tool text"]).tolist())
+        except Exception as e:  # noqa: BLE001 - the race shows up as any exception
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and encoded == [["one tool text"]]
+    assert results == [[[0.5] * 4]] * 4
+    files = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
+    assert len(files) == 1 and files[0].endswith(".npy")  # no temp file left behind
+    assert np.load(tmp_path / "embeddings" / files[0]).tolist() == [0.5] * 4
+
+
+def test_embeddings_are_read_from_disk_once_per_process(tmp_path, monkeypatch):
+    """Each episode's ToolFace embeds the same query log; the vectors come from memory after
+    the first read, and a cache folder's memory is its own (another folder is not served)."""
     import numpy as np
 
     import heart.toolface as toolface_module
@@ -273,35 +312,14 @@ def test_threads_on_a_cold_cache_do_not_race_on_temp_files(tmp_path, monkeypatch
             return np.ones((len(texts), 4), dtype=np.float32) / 2
 
     monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
-    real_replace = toolface_module.os.replace
-    barrier = threading.Barrier(4, timeout=5)
-
-    def slow_replace(src, dst):
-        try:
-            barrier.wait()  # every thread has written its temp file before any moves one
-        except threading.BrokenBarrierError:
-            pass
-        real_replace(src, dst)
-
-    monkeypatch.setattr(toolface_module.os, "replace", slow_replace)
-    embedder = Embedder(tmp_path)
-    errors = []
-
-    def work():
-        try:
-            embedder.embed(["one tool text"])
-        except Exception as e:  # noqa: BLE001 - the race shows up as any exception
-            errors.append(e)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    files = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
-    assert len(files) == 1 and files[0].endswith(".npy")  # no temp file left behind
-    assert np.load(tmp_path / "embeddings" / files[0]).tolist() == [0.5] * 4
+    Embedder(tmp_path / "a").embed(["logged request"])
+    loads = []
+    real_load = toolface_module.np.load
+    monkeypatch.setattr(toolface_module.np, "load", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    assert Embedder(tmp_path / "a").embed(["logged request"]).tolist() == [[0.5] * 4]
+    assert loads == []
+    Embedder(tmp_path / "b").embed(["logged request"])  # another folder: encoded and written there
+    assert len(list((tmp_path / "b" / "embeddings").iterdir())) == 1
 
 
 def test_a_query_is_encoded_with_one_torch_thread_and_the_setting_restored(tmp_path, monkeypatch):
