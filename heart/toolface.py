@@ -148,6 +148,7 @@ def unique_temp_path(path: Path) -> Path:
 _embedder_lock = threading.Lock()
 _in_memory: dict[tuple[str, str], np.ndarray] = {}
 """Embeddings by (cache folder, text hash), shared by the process's Embedders (see :class:`Embedder`)."""
+_in_memory_lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
@@ -232,9 +233,10 @@ class Embedder:
         return vectors
 
     def _remember(self, key: str, vector: np.ndarray) -> np.ndarray:
-        if len(_in_memory) >= self.memory_entries:
-            _in_memory.pop(next(iter(_in_memory)), None)
-        _in_memory[(self._folder, key)] = vector
+        with _in_memory_lock:  # threads read from disk outside the embedding lock
+            if len(_in_memory) >= self.memory_entries:
+                _in_memory.pop(next(iter(_in_memory)))
+            _in_memory[(self._folder, key)] = vector
         return vector
 
     def embed_query(self, text: str) -> np.ndarray:
