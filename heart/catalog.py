@@ -294,19 +294,12 @@ def session_toolface(environment: Environment, session: EnvironmentSession, tool
     )
 
 
-_embedded: set[tuple] = set()
-_embedded_lock = threading.Lock()
-
-
 def _embed_once(statistics: ToolStatistics, cache_dir: Path | None) -> None:
-    """Embed the query log into the on-disk cache once per process, in one batch: on a cold
-    cache, concurrent episodes would otherwise each embed every logged request."""
-    texts = [text for text, _ in statistics.query_log()]
-    key = (hashlib.sha256("\n".join(texts).encode()).hexdigest(), str(cache_dir))
-    with _embedded_lock:
-        if key not in _embedded:
-            Embedder(cache_dir).embed(texts)
-            _embedded.add(key)
+    """Embed the whole query log in one batch before the episode's ToolFace asks for it
+    without the task's own turns. On a cold cache the first episode encodes it and concurrent
+    ones find it in the Embedder's memory (:class:`heart.toolface.Embedder`); later calls
+    are memory lookups."""
+    Embedder(cache_dir).embed([text for text, _ in statistics.query_log()])
 
 
 # -- companions ---------------------------------------------------------------------------
