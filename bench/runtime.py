@@ -23,6 +23,10 @@ decoding); ``*_no_drafts`` are the same f16 sides without them.
 
     OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens N] [--batch 8]
         [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching
+        [--sides llamacpp_f16_all_at_once,...]   # only these sides besides today's (SIDES)
+
+``--calls 64 --batch 16`` serves 16 calls per role context at once, the shape ``heart eval
+roles`` hands a role's inputs in; the prompts then come from more dev tasks (every one distinct).
 
 Prints a JSON report (also written to --out).
 """
@@ -45,6 +49,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 ROLES = ("planner", "router", "primitive", "verifier")
+SIDES = ("fp32_sequential", "int8_sequential", "fp32_batched_whole_batches", "fp32_batched", "fp32_all_at_once",
+         "int8_batched", *(f"{engine}_{how}" for engine in ("llamacpp", "llamacpp_f16")
+                           for how in ("sequential", "batched", "all_at_once")),
+         "llamacpp_f16_sequential_no_drafts", "llamacpp_f16_all_at_once_no_drafts")
+"""What ``--sides`` may name: every side measured against today's one call at a time."""
 
 
 def harvest_requests(calls: int, new_tokens: int | None):
@@ -64,16 +73,21 @@ def harvest_requests(calls: int, new_tokens: int | None):
     from heart.traces import TraceWriter, read_trace
 
     env = load_environment("bfcl")
+    per_role = -(-calls // len(ROLES))
     by_role: dict[str, list] = {r: [] for r in ROLES}
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "gold.jsonl"
-        with TraceWriter(path) as writer:
-            for task_id in env.task_ids("dev")[:4]:
-                task = env.load_task(task_id)
+        # The first 4 dev tasks, and more until every role has a distinct prompt per call
+        # (a repeated prompt would find itself cached in a slot).
+        for n, task_id in enumerate(env.task_ids("dev")):
+            if n >= 4 and min(map(len, by_role.values())) >= per_role:
+                break
+            path = Path(tmp) / f"gold-{n}.jsonl"
+            task = env.load_task(task_id)
+            with TraceWriter(path) as writer:
                 run_episode(env, task, GoldTeacher(task, env.catalog()), trace=writer)
-        for row in read_trace(path):
-            if row["kind"] == "event" and row["role"] in by_role:
-                by_role[row["role"]].append((row["messages"], row["raw_output"]))
+            for row in read_trace(path):
+                if row["kind"] == "event" and row["role"] in by_role:
+                    by_role[row["role"]].append((row["messages"], row["raw_output"]))
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_smollm2()))
     requests = []
     for i in range(calls):
@@ -320,8 +334,14 @@ def main() -> int:
     parser.add_argument("--skip-torch-variants", action="store_true",
                         help="of the torch sides, run only today's and continuous batching (not int8, whole "
                              "generate batches, all at once, the static-cache sequential); no memory figures")
+    parser.add_argument("--sides", default=None,
+                        help="comma-separated sides to run besides today's (default: every side), e.g. "
+                             "llamacpp_f16_all_at_once,llamacpp_f16_sequential; no memory or switch figures")
     parser.add_argument("--out", default=str(REPO / "bench" / "runtime.json"))
     args = parser.parse_args()
+    unknown = set((args.sides or "").split(",")) - set(SIDES) - {""}
+    if unknown:
+        parser.error(f"unknown --sides {sorted(unknown)}; choose from {', '.join(SIDES)}")
 
     import torch
 
@@ -354,34 +374,48 @@ def main() -> int:
         for backend in (dynamic, fp32, whole, int8):  # warm-up
             backend.generate("planner", requests[0].messages, requests[0].sampling)
         runs = {}
-        every = not args.skip_torch_variants
+        chosen = None if args.sides is None else set(args.sides.split(","))
+        every = not args.skip_torch_variants and chosen is None
+
+        def want(side: str, torch_variant: bool = False) -> bool:
+            return side in chosen if chosen is not None else every or not torch_variant
+
         runs["fp32_sequential_dynamic_cache"] = sequential(dynamic, requests)
         del dynamic
-        if every:
+        if want("fp32_sequential", torch_variant=True):
             runs["fp32_sequential"] = sequential(fp32, requests)
+        if want("int8_sequential", torch_variant=True):
             runs["int8_sequential"] = sequential(int8, requests)
+        if want("fp32_batched_whole_batches", torch_variant=True):
             runs["fp32_batched_whole_batches"] = batched(whole, requests, args.batch)
         del whole
-        runs["fp32_batched"] = batched(fp32, requests, args.batch)  # continuous batching
-        if every:
+        if want("fp32_batched"):
+            runs["fp32_batched"] = batched(fp32, requests, args.batch)  # continuous batching
+        if want("fp32_all_at_once", torch_variant=True):
             runs["fp32_all_at_once"] = all_at_once(fp32, requests)  # how `heart eval roles` hands them
+        if want("int8_batched", torch_variant=True):
             runs["int8_batched"] = batched(int8, requests, args.batch)
-        # llama.cpp on the same fp32 weights (and on f16 weights): one call at a time, 8
-        # clients through the scheduler, all 16 in one generate_batch (4 per role context).
-        # A fresh backend each time: a slot keeps its last prompt, so a second run of the
-        # same 16 prompts would find them cached.
+        # llama.cpp on the same fp32 weights (and on f16 weights): one call at a time, `batch`
+        # clients through the scheduler, every call in one generate_batch (a quarter per role
+        # context, up to `batch` at once in each). A fresh backend each time: a slot keeps its
+        # last prompt, so a second run of the same prompts would find them cached.
         for weights in ("f32", "f16"):
             prefix = "llamacpp" if weights == "f32" else "llamacpp_f16"
-            runs[f"{prefix}_sequential"] = sequential(fresh_llama(adapters, weights, args.batch), requests)
-            runs[f"{prefix}_batched"] = batched(fresh_llama(adapters, weights, args.batch), requests, args.batch)
-            llama = fresh_llama(adapters, weights, args.batch)
-            runs[f"{prefix}_all_at_once"] = timed_batch(llama, requests)
-            report[f"{prefix}_all_at_once_stats"] = dataclasses.asdict(llama.stats)
+            if want(f"{prefix}_sequential"):
+                runs[f"{prefix}_sequential"] = sequential(fresh_llama(adapters, weights, args.batch), requests)
+            if want(f"{prefix}_batched"):
+                runs[f"{prefix}_batched"] = batched(fresh_llama(adapters, weights, args.batch), requests, args.batch)
+            if want(f"{prefix}_all_at_once"):
+                llama = fresh_llama(adapters, weights, args.batch)
+                runs[f"{prefix}_all_at_once"] = timed_batch(llama, requests)
+                report[f"{prefix}_all_at_once_stats"] = dataclasses.asdict(llama.stats)
         # the same f16 sides without speculative drafts (heart.runtime.lookup): what drafting buys
-        runs["llamacpp_f16_sequential_no_drafts"] = sequential(fresh_llama(adapters, "f16", args.batch, drafts=False),
-                                                               requests)
-        runs["llamacpp_f16_all_at_once_no_drafts"] = timed_batch(fresh_llama(adapters, "f16", args.batch, drafts=False),
-                                                                 requests)
+        if want("llamacpp_f16_sequential_no_drafts"):
+            runs["llamacpp_f16_sequential_no_drafts"] = sequential(
+                fresh_llama(adapters, "f16", args.batch, drafts=False), requests)
+        if want("llamacpp_f16_all_at_once_no_drafts"):
+            runs["llamacpp_f16_all_at_once_no_drafts"] = timed_batch(
+                fresh_llama(adapters, "f16", args.batch, drafts=False), requests)
         base_outs, base_wall = runs["fp32_sequential_dynamic_cache"]
         base_rate = tok_s(base_outs, base_wall)
         report["throughput"] = {}

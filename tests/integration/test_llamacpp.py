@@ -83,15 +83,18 @@ def test_mixed_roles_in_one_continuous_batch_equal_peft(backend, reference):
 
 
 @pytest.mark.slow
-def test_a_slot_shares_its_system_prompt_with_a_new_call_of_its_role(adapters):
+def test_calls_prefilled_together_compute_their_common_prefix_once(adapters, reference):
     from heart.runtime.llamacpp import LlamaCppBackend
 
     fresh = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=2)
     first, second = _requests()[1:3]  # two planner calls, same system prompt, different requests
-    fresh.generate_batch([first, second])  # prefilled together: the system prompt is computed once
-    system = fresh.chat.system_prefix_len(first.messages, fresh.chat.encode(first.messages))
-    assert system > 20
-    assert fresh.stats.prefix_tokens_reused == system
+    got = fresh.generate_batch([first, second])  # prefilled together
+    a, b = fresh.chat.encode(first.messages), fresh.chat.encode(second.messages)
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    # the system prompt and the user turn's opening tokens, computed for the first call only
+    assert common > fresh.chat.system_prefix_len(first.messages, a) > 20
+    assert fresh.stats.prefix_tokens_reused == common
+    assert [g.text for g in got] == [g.text for g in reference[1:3]]
 
 
 @pytest.mark.slow
