@@ -137,25 +137,27 @@ class _RoleContext:
 
         The slot is the free one whose cached tokens share the longest prefix with the prompt;
         when another slot (busy or not) shares a longer one, that prefix is copied over
-        (:meth:`share`) instead of computed again.
+        (:meth:`reuse`) instead of computed again.
         """
-        import llama_cpp
-
         free = [slot for slot, busy in enumerate(self.busy) if not busy]
         if not free:
             return None
-        common = {slot: _common_prefix(held, prompt) for slot, held in enumerate(self.cached)}
-        slot = max(free, key=lambda s: common[s])
-        source = max(common, key=lambda s: common[s])
-        last = len(prompt) - 1  # the last prompt token is always fed: its logits start the answer
-        if common[source] > common[slot] and source != slot:
-            self.share(source, slot, min(common[source], last))
-        else:
-            keep = min(common[slot], last)
-            llama_cpp.llama_memory_seq_rm(self.ctx.memory, slot, keep, -1)
-            self.cached[slot] = self.cached[slot][:keep]
+        slot = max(free, key=lambda s: _common_prefix(self.cached[s], prompt))
+        self.reuse(slot, prompt, range(len(self.cached)))
         self.busy[slot] = True
         return slot, len(self.cached[slot])
+
+    def reuse(self, slot: int, prompt: list[int], sources) -> None:
+        """Make ``slot`` hold the longest prefix of ``prompt`` that it or any of ``sources`` holds
+        (copied over when another slot's is longer), short of the prompt's last token: that one
+        is always fed, its logits start the answer."""
+        last = len(prompt) - 1
+        common = {s: min(_common_prefix(self.cached[s], prompt), last) for s in dict.fromkeys([slot, *sources])}
+        source = max(common, key=common.get)  # the first of the longest: the slot itself on a tie
+        if common[source] > common[slot]:
+            self.share(source, slot, common[source])
+        else:
+            self.truncate(slot, common[slot])
 
     def release(self, slot: int) -> None:
         """The slot's call is over; its cache stays for the next call to reuse."""
@@ -175,7 +177,7 @@ class _RoleContext:
         self.cached[slot] = self.cached[source][:length]
 
     def truncate(self, slot: int, length: int) -> None:
-        """Keep only the first ``length`` cached tokens of ``slot`` (drop a rejected draft's cells)."""
+        """Keep only the first ``length`` cached tokens of ``slot`` (a rejected draft's cells, a stale call's tail)."""
         import llama_cpp
 
         if length < len(self.cached[slot]):
@@ -413,11 +415,7 @@ class LlamaCppBackend(AdapterEngine):
         """
         computed, done, logits = 0, [], []
         for row in rows:  # one sequence per decode call: llama.cpp splits a batch by stream anyway
-            last = len(row.prompt_ids) - 1  # the last prompt token is always fed: its logits start the answer
-            shared, source = max(((min(_common_prefix(other.prompt_ids, row.prompt_ids), last), other)
-                                  for other in done), key=lambda pair: pair[0], default=(0, None))
-            if shared > len(context.cached[row.slot]):
-                context.share(source.slot, row.slot, shared)
+            context.reuse(row.slot, row.prompt_ids, [other.slot for other in done])
             rest = row.prompt_ids[len(context.cached[row.slot]):]
             computed += len(rest)
             for start in range(0, len(rest), BATCH_TOKENS):
