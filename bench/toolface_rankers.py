@@ -231,6 +231,8 @@ def features(turn: Turn) -> np.ndarray:
 
 
 def learning_to_rank(turns: list[Turn], train, l2: float, steps: int = 300) -> Scorer:
+    # The training rows' usage and companion features leave out their own task, not the task
+    # the model is refit without: a second-order leak that can only flatter this family.
     import torch
 
     def fit(fit_turns: list[Turn]):
