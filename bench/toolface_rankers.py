@@ -53,7 +53,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.toolface import bootstrap, fmt, session_cases  # noqa: E402
 from heart.catalog import session_toolface, tool_statistics  # noqa: E402
-from heart.toolface import Embedder, ToolFace  # noqa: E402
+from heart.toolface import Embedder, ToolFace, _tokenize  # noqa: E402
 
 CLAUSE_BREAK = re.compile(r"(?<=[.!?])\s+|\s*\b\d+\.\s+|,?\s+\b(?:then|also|finally|afterwards)\b\s+|;\s*", re.I)
 
@@ -69,16 +69,23 @@ def normalised(scores: np.ndarray) -> np.ndarray:
     return scores / best if best > 0 else scores
 
 
-def bm25_scores(documents: list[str], query: str) -> np.ndarray:
-    """BM25 of ``query`` against ``documents``, normalised by the best (as ToolFace fuses it)."""
+def bm25_index(documents: list[str]):
+    """A BM25 index over ``documents``, tokenised as ToolFace tokenises its tools."""
     import bm25s
 
     index = bm25s.BM25()
     # An empty document (a tool no train request used) gets a placeholder no query contains.
     index.index(bm25s.tokenize([d or "xxunused" for d in documents], stopwords="en", show_progress=False),
                 show_progress=False)
-    tokens = bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)[0]
-    return normalised(np.asarray(index.get_scores(tokens), dtype=np.float32)) if tokens else np.zeros(len(documents))
+    return index
+
+
+def bm25_scores(index, query: str) -> np.ndarray:
+    """BM25 of ``query`` against ``index``'s documents, normalised by the best (as ToolFace
+    fuses it)."""
+    tokens = _tokenize([query])[0]
+    scores = np.asarray(index.get_scores(tokens), dtype=np.float32) if tokens else np.zeros(index.scores["num_docs"])
+    return normalised(scores)
 
 
 @dataclass
@@ -130,14 +137,15 @@ def load_turns(env_name: str) -> tuple[list[Turn], list[tuple[str, str, frozense
         toolface = session_toolface(env, session)
         order = sorted(toolface.names())
         documents = [toolface.get(n).spec.index_text() for n in order]
+        lexical = bm25_index(documents)  # one per task: its turns and clauses score against it
         vectors = embedder.embed(documents)
         usage = statistics.without(task_id).usage()
         for query, gold in gold_turns:
             pieces = clauses(query)
             turns.append(Turn(
                 task_id, split, query, set(gold), toolface, order, vectors, embedder.embed_query(query)[0],
-                bm25_scores(documents, query), np.array([usage.get(n, 0.0) for n in order], dtype=np.float32),
-                [embedder.embed_query(c)[0] for c in pieces], [bm25_scores(documents, c) for c in pieces],
+                bm25_scores(lexical, query), np.array([usage.get(n, 0.0) for n in order], dtype=np.float32),
+                [embedder.embed_query(c)[0] for c in pieces], [bm25_scores(lexical, c) for c in pieces],
             ))
     train = [(t.task_id, t.query, t.tools) for t in statistics.turns]
     return turns, train
@@ -154,7 +162,7 @@ def expansion(turns: list[Turn], train, w: float, max_gold: int) -> Scorer:
             if task_id != turn.task_id and len(tools) <= max_gold:
                 for name in tools & requests.keys():
                     requests[name].append(query)
-        expanded = bm25_scores([" ".join(requests[n]) for n in turn.order], turn.query)
+        expanded = bm25_scores(bm25_index([" ".join(requests[n]) for n in turn.order]), turn.query)
         return turn.fused() + w * expanded
     return score
 
