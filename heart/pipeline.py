@@ -86,6 +86,30 @@ class TrainConfig:
 
 
 @dataclass
+class E2ERun:
+    env: Env = "bfcl"
+    """Environment whose test split is run end to end."""
+    limit: Annotated[int, Field(ge=0)] = 2
+    """Test tasks run end to end, per side (base and distilled; 0 = the whole test split)."""
+    args: list[str] = field(default_factory=list)
+    """Extra arguments for `heart eval e2e` (e.g. --category multi_turn_base --max-plan-steps 3)."""
+    name: str = ""
+    """Suffix of its result folders (eval/e2e-NAME-base, eval/e2e-NAME-distilled); default: none
+    for the first run, the environment's name for the others."""
+
+
+@dataclass
+class AttackConfig:
+    pairs: Annotated[int, Field(ge=0)] = 0
+    """AgentDojo (user task, injection task) pairs attacked, base and distilled roles alike
+    (``bench/injection.py``: agentdojo's own attack API); 0 = no attack stage."""
+    suite: Literal["banking", "slack", "travel", "workspace"] = "banking"
+    """AgentDojo suite the pairs are drawn from."""
+    args: list[str] = field(default_factory=list)
+    """Extra arguments for ``bench/injection.py`` (e.g. --attack tool_knowledge)."""
+
+
+@dataclass
 class EvalConfig:
     engine: EngineSpec = "peft"
     """In-process engine of the evaluations (base and distilled alike): peft, or llamacpp
@@ -97,12 +121,10 @@ class EvalConfig:
     """Held-out rows per role for the per-role evaluation (0 = all)."""
     roles_args: list[str] = field(default_factory=list)
     """Extra arguments for `heart eval roles` (e.g. --batch-size 8)."""
-    e2e_env: Env = "bfcl"
-    """Environment of the end-to-end evaluation (its test split)."""
-    e2e_limit: Annotated[int, Field(gt=0)] = 2
-    """Test tasks run end to end, per side (base and distilled)."""
-    e2e_args: list[str] = field(default_factory=list)
-    """Extra arguments for `heart eval e2e` (e.g. --budget 1 --max-plan-steps 3)."""
+    e2e: list[E2ERun] = field(default_factory=lambda: [E2ERun()])
+    """End-to-end runs, one `heart eval e2e` each (both sides at once), run one after another."""
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    """Utility under attack and attack success on AgentDojo, base and distilled."""
 
 
 @dataclass
@@ -189,10 +211,20 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     eval_roles = [["heart", "eval", "roles", "--data", str(run / "heldout"), "--split", "test", "--adapters",
                    str(run / "adapters"), *base, *engine, "--only", ",".join(t.roles), *limit, *e.roles_args,
                    "--out", str(run / "eval" / "roles-distilled"), "--base-out", str(run / "eval" / "roles-base")]]
-    eval_e2e = [["heart", "eval", "e2e", "--env", e.e2e_env, "--split", "test", "--roles", str(run / "adapters"),
-                 *base, *e2e_engine, "--limit", str(e.e2e_limit), *e.e2e_args,
-                 "--out", str(run / "eval" / "e2e-distilled"),
-                 "--base-out", str(run / "eval" / "e2e-base")]]
+    eval_e2e = []
+    for index, run_spec in enumerate(e.e2e):
+        name = run_spec.name or ("" if index == 0 else run_spec.env)
+        folder = run / "eval" / ("e2e-" + name + "-" if name else "e2e-")
+        limit_e2e = ["--limit", str(run_spec.limit)] if run_spec.limit else []
+        eval_e2e.append(["heart", "eval", "e2e", "--env", run_spec.env, "--split", "test", "--roles",
+                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args,
+                         "--out", f"{folder}distilled", "--base-out", f"{folder}base"])
+    e2e_outputs = [Path(command[-3]) for command in eval_e2e] + [Path(command[-1]) for command in eval_e2e]
+    a = e.attack
+    eval_attack = ([["python", "bench/injection.py", "--model", config.model, "--adapters", str(run / "adapters"),
+                     "--suite", a.suite, "--pairs", str(a.pairs), *a.args,
+                     "--traces", str(run / "eval" / "attack" / "traces"),
+                     "--out", str(run / "eval" / "attack" / "injection.json")]] if a.pairs else [])
     return [
         Stage("collect", collect, [], [run / "collect"], concurrent=True),
         Stage("datasets", [["heart", "datasets", "build", str(run / "collect"), "--out", str(run / "datasets"),
@@ -203,13 +235,15 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                            "--split", "test", "--overwrite"]], [run / "collect-test" / "traces"], [run / "heldout"]),
         Stage("eval_roles", eval_roles, [run / "heldout", run / "adapters"],
               [run / "eval" / "roles-base", run / "eval" / "roles-distilled"]),
-        Stage("eval_e2e", eval_e2e, [run / "adapters"], [run / "eval" / "e2e-base", run / "eval" / "e2e-distilled"]),
+        Stage("eval_e2e", eval_e2e, [run / "adapters"], e2e_outputs),
+        Stage("eval_attack", eval_attack, [run / "adapters"], [run / "eval" / "attack"]),
         Stage("report", [["heart", "report", str(run / "eval"), "--out", str(run / "report")]], [run / "eval"],
               [run / "report"]),
     ]
 
 
-STAGE_NAMES = ("collect", "datasets", "train", "collect_test", "heldout", "eval_roles", "eval_e2e", "report")
+STAGE_NAMES = ("collect", "datasets", "train", "collect_test", "heldout", "eval_roles", "eval_e2e", "eval_attack",
+               "report")
 
 
 def _recipe_files(roles_yaml: Path, roles: list[str]) -> list[Path]:

@@ -206,7 +206,8 @@ def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     ({"colect": {}}, "unknown key 'colect'"),
     ({"collect": {"limt": 2}}, "unknown key 'collect.limit'".replace("limit", "limt")),
     ({"collect": {"envs": ["webshop"]}}, "'collect.envs.0'"),
-    ({"eval": {"e2e_limit": 0}}, "'eval.e2e_limit'"),
+    ({"eval": {"e2e": [{"limit": -1}]}}, "'eval.e2e.0.limit'"),
+    ({"eval": {"e2e": [{"enf": "bfcl"}]}}, "'eval.e2e.0.enf'"),
     ("run_dir: [unclosed", "not valid YAML"),
 ])
 def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
