@@ -14,7 +14,8 @@ measures side by side in one run:
    with whitespace token counting so that no tokenizer time is mixed in.
 
 It prints rows read per second, examples written per second, and the build's cost as a
-multiple of the bare read.
+multiple of the bare read; what it prints also goes to ``--out`` (default
+``runs/bench/dataset_build.txt``) under the run's provenance stamp.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.build import BuildOptions, build_role_datasets  # noqa: E402
+from heart_distill.data.build import BuildOptions, build_role_datasets  # noqa: E402
 from heart.roles import planner, primitive, router, verifier  # noqa: E402
 from heart.roles.common import render_input  # noqa: E402
 from heart.traces import TRACE_FORMAT_VERSION, TraceReadStats, read_trace  # noqa: E402
+from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "dataset_build.txt"
+"""Where a run's output goes by default (runs/ is not tracked)."""
 
 WORDS = ("file directory account balance transfer flight booking ticket message user send "
          "search create delete update list price stock order vehicle engine door window "
@@ -172,12 +177,22 @@ def write_run(run_dir: Path, episodes: int, seed: int = 0, concurrency: int = 8)
     return rows
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20_000)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    return parser
 
+
+def main() -> None:
+    args = build_parser().parse_args()
+    with stamped_stdout(args.out, stamp(script=__file__)):
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="heart-bench-build-"))
     try:
         run_dir = root / "run"

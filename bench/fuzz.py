@@ -9,7 +9,8 @@ own output JSON Schema (``<role>.output_schema``, the one constrained decoding u
 they follow the role formats wherever those go, then broken on purpose: truncated JSON,
 wrong types, extra and missing keys, huge strings, unicode, nested garbage, references to
 steps that do not exist, unregistered tool names, prose and code fences around the JSON.
-``tests/unit/test_fuzz.py`` runs a fast sample of the same strategies.
+``tests/unit/test_fuzz.py`` runs a fast sample of the same strategies. What it prints also goes
+to ``--out`` (default ``runs/bench/fuzz.txt``) under the run's provenance stamp.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 from heart.roles import planner, primitive, router, verifier  # noqa: E402
 from heart.roles.common import ParseResult  # noqa: E402
+from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "fuzz.txt"
+"""Where a run's output goes by default (runs/ is not tracked)."""
 
 # -- the parsing context every case is judged in ----------------------------------------------
 
@@ -443,11 +448,22 @@ def fuzz_loop(cases: int, workdir: Path) -> Counts:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", type=int, default=10_000, help="cases per role parser")
     parser.add_argument("--loop-cases", type=int, default=2_000, help="loop turns over fuzzed answers")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with stamped_stdout(args.out, stamp(argv, __file__)):
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
     import tempfile
 
     failed = False

@@ -8,11 +8,13 @@ timeout, return megabytes, values JSON cannot encode, 5,000-deep nesting, a cycl
 a trace. The table gives the envelope (status, failure type), the bytes its trace line
 takes, the wall time, and whether the episode is marked errored (a call abandoned on
 timeout may still change the environment's state). The tests assert the same facts
-(tests/unit/test_failure_accounting.py); this prints them.
+(tests/unit/test_failure_accounting.py); this prints them, and writes what it prints to
+``--out`` (default ``runs/bench/hostile_tools.txt``) under the run's provenance stamp.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -25,8 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from heart.primitives import contained_tool_calls, execute  # noqa: E402
 from heart.toolface import Tool, ToolSpec  # noqa: E402
 from heart.traces import TraceWriter, read_trace  # noqa: E402
+from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402
 
 TIMEOUT_S = 1.0
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "hostile_tools.txt"
+"""Where a run's output goes by default (runs/ is not tracked)."""
 
 
 def hostile_tools(release: threading.Event) -> list[Tool]:
@@ -62,7 +67,20 @@ def hostile_tools(release: threading.Event) -> list[Tool]:
             for fn in (raises, calls_sys_exit, hangs, returns_5_mb, returns_non_json, deeply_nested, cyclic)]
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with stamped_stdout(args.out, stamp(argv, __file__)):
+        return measure()
+
+
+def measure() -> int:
     release = threading.Event()
     print(f"{'tool':<18} {'status':<8} {'failure_type':<14} {'trace line':>11} {'wall s':>7}  errored  details")
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,8 +31,9 @@ Greedy decoding is deterministic, so each system's backend remembers its answers
 clean and attacked runs of a pair share every role call made before tool output differs
 (the Planner's first plan, usually the Router's dispatch) and pay for them once.
 
-Writes ``bench/injection.json`` (every episode and the summary; rewritten after each pair,
-so an interrupted run keeps the pairs it finished) and prints a markdown table.
+Writes ``runs/bench/injection.json`` (``--out``: every episode and the summary under the run's
+provenance stamp; rewritten after each pair, so an interrupted run keeps the pairs it finished)
+and prints a markdown table. Curated results live in ``bench/results/``.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.stats import wilson  # noqa: E402  (after the path insert)
+from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402  (after the path insert)
+from heart_distill.eval.stats import wilson  # noqa: E402
 
+from heart import ROLES  # noqa: E402
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig  # noqa: E402
 
-ROLES = ("planner", "router", "primitive", "verifier")
-RESULT = Path(__file__).with_suffix(".json")
+RESULT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "injection.json"
+"""Where a run's result goes by default (runs/ is not tracked)."""
 
 
 # --- statistics ---------------------------------------------------------------------------
@@ -300,7 +303,7 @@ def _outcomes_json(outcomes: dict[str, dict[str, Outcome]]) -> dict[str, Any]:
     return {name: {c: asdict(o) for c, o in by.items()} for name, by in outcomes.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="banking", help="AgentDojo suite (default banking: 11 tools)")
     parser.add_argument("--pairs", type=int, default=6,
@@ -315,14 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=384, help="per role call / model turn")
     parser.add_argument("--baseline-calls", type=int, default=4, help="most tool calls of the single-model baseline")
     parser.add_argument("--traces", type=Path, default=None, help="keep the HEART traces here (default: a temp folder)")
-    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--out", type=Path, default=RESULT, help="the JSON result (default: %(default)s)")
     parser.add_argument("--table", action="store_true",
                         help="run nothing: re-summarise the episodes in --out and print the tables")
-    args = parser.parse_args(argv)
-    if args.table:
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run_stamp = stamp(argv, __file__)
+    if args.table:  # the episodes keep the stamp of the run that produced them
         result = json.loads(args.out.read_text())
         result["summary"] = summarize(result["episodes"], list(result["summary"]))
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        write_stamped_json(args.out, result, result.get("stamp") or run_stamp)
         print(f"{len(result['episodes'])} pairs, {result['wall_s']:.0f} s\n{markdown(result['summary'])}")
         return 0
 
@@ -385,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             result = {"settings": settings, "wall_s": round(time.perf_counter() - start, 1),
                       "remembered_calls": {"base": base.hits, "distilled": distilled.hits if distilled else 0},
                       "summary": summarize(rows, list(systems)), "episodes": rows}
-            args.out.write_text(json.dumps(result, indent=1) + "\n")
+            write_stamped_json(args.out, result, run_stamp)
         bar.close()
     print(f"\nAgentDojo {args.suite}, attack {args.attack!r}, {len(rows)} pairs, base {args.model}, greedy; "
           f"HEART B={args.budget}, plans <= {args.max_plan_steps} steps; baseline <= {args.baseline_calls} calls; "

@@ -13,6 +13,9 @@ Planner's prompt; tool *results* still flow back as context, and this counts whe
 
 It measures reach, not attack success: the gold teacher never obeys an injection. Attack
 success needs a model (issue 13, item 5) — see the README's reliability section.
+
+What it prints also goes to ``--out`` (default ``runs/bench/injection_reach.txt``) under the
+run's provenance stamp; curated results live in ``bench/results/``.
 """
 
 from __future__ import annotations
@@ -25,25 +28,37 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eval.stats import wilson  # noqa: E402  (after the path insert)
+from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402  (after the path insert)
+from heart_distill.eval.stats import wilson  # noqa: E402
 
-ROLES = ("planner", "router", "primitive", "verifier")
+from heart import ROLES  # noqa: E402
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "injection_reach.txt"
+"""Where a run's output goes by default (runs/ is not tracked)."""
 
 
-
-
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=0, help="first N user tasks (default: all)")
     parser.add_argument("--fault-rate", type=float, default=0.0,
                         help="gold teacher's injected fault rate (faults cause re-plans)")
     parser.add_argument("--attack", default="ignore_previous", help="an AgentDojo fixed-template attack")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with stamped_stdout(args.out, stamp(argv, __file__)):
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
 
     from agentdojo.attacks.attack_registry import load_attack
     from tqdm import tqdm
 
-    from data.teachers import GoldTeacher
+    from heart_distill.data.teachers import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.traces import TraceWriter, read_trace

@@ -1,4 +1,4 @@
-"""Role runtime on this CPU: continuous batching and int8 vs today's one-call-at-a-time fp32, in one run.
+"""Role runtime on this CPU: continuous batching, int8 and llama.cpp vs a one-call-at-a-time fp32 baseline, in one run.
 
 Every figure is a ratio of two measurements taken side by side in this process, so a shared
 machine slows both sides alike. The prompts are real role calls: the gold teacher runs a few
@@ -9,10 +9,10 @@ answer to that prompt had (``--new-tokens N`` caps every call at N instead): the
 answers are long for the Planner and the Router (~160 tokens) and short for the Primitive and
 the Verifier (~30-60), so decoding, not prefill, is most of the work, as in the loop.
 Decoding is greedy and unconstrained (xgrammar costs ~5%).
-"Today" (every ``over_today`` ratio's denominator) is the runtime as the runtime issue found
-it: fp32, one call at a time, transformers' dynamic KV cache. ``fp32_sequential`` is the
-same through the backend's default now (its own continuous decoding loop);
-``fp32_batched_whole_batches`` is the scheduler with whole ``generate`` batches (before
+The baseline (every ``over_today`` ratio's denominator, the episodes' ``today_s``) is the plain
+transformers path: fp32, one call at a time, transformers' dynamic KV cache. ``fp32_sequential``
+is the same through the backend's default (its own continuous decoding loop);
+``fp32_batched_whole_batches`` is the scheduler with whole ``generate`` batches (no
 continuous batching), ``fp32_batched`` with continuous batching. ``mean_batch`` is the
 scheduler's calls per batch (continuous: per admission into the running batch).
 ``llamacpp_*`` serve the same fp32 weights and adapters with llama.cpp
@@ -23,12 +23,13 @@ decoding); ``*_no_drafts`` are the same f16 sides without them.
 
     OMP_NUM_THREADS=1 python bench/runtime.py [--calls 16] [--new-tokens N] [--batch 8]
         [--episodes 2]     # also: BFCL dev episodes, sequential vs concurrent with continuous batching
-        [--sides llamacpp_f16_all_at_once,...]   # only these sides besides today's (SIDES)
+        [--sides llamacpp_f16_all_at_once,...]   # only these sides besides the baseline (SIDES)
 
 ``--calls 64 --batch 16`` serves 16 calls per role context at once, the shape ``heart eval
 roles`` hands a role's inputs in; the prompts then come from more dev tasks (every one distinct).
 
-Prints a JSON report (also written to --out).
+Prints a JSON report, also written under its provenance stamp (command, commit, date, machine) to
+--out (default runs/bench/runtime.json; curated results live in bench/results/).
 """
 
 from __future__ import annotations
@@ -48,12 +49,17 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ROLES = ("planner", "router", "primitive", "verifier")
+from heart import ROLES  # noqa: E402  (after the path insert)
+from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
+
+OUT = REPO / "runs" / "bench" / "runtime.json"
+"""Where a run's report goes by default (runs/ is not tracked)."""
+
 SIDES = ("fp32_sequential", "int8_sequential", "fp32_batched_whole_batches", "fp32_batched", "fp32_all_at_once",
          "int8_batched", *(f"{engine}_{how}" for engine in ("llamacpp", "llamacpp_f16")
                            for how in ("sequential", "batched", "all_at_once")),
          "llamacpp_f16_sequential_no_drafts", "llamacpp_f16_all_at_once_no_drafts")
-"""What ``--sides`` may name: every side measured against today's one call at a time."""
+"""What ``--sides`` may name: every side measured against the baseline, one call at a time."""
 
 
 def harvest_requests(calls: int, new_tokens: int | None):
@@ -65,7 +71,7 @@ def harvest_requests(calls: int, new_tokens: int | None):
     """
     from transformers import AutoTokenizer
 
-    from data.teachers import GoldTeacher
+    from heart_distill.data.teachers import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.models import prepare_smollm2
@@ -105,7 +111,7 @@ def make_adapters(base_path: str, out: Path, top_layers: int | None = 8) -> dict
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from train.adapter import linear_module_names, lora_placement
+    from heart_distill.train.adapter import linear_module_names, lora_placement
 
     base = AutoModelForCausalLM.from_pretrained(base_path)
     placement = lora_placement(SimpleNamespace(target_modules="all-linear", top_layers=top_layers), base,
@@ -124,7 +130,7 @@ def make_adapters(base_path: str, out: Path, top_layers: int | None = 8) -> dict
 
 
 def sequential(backend, requests):
-    """Today: one role call at a time."""
+    """The baseline: one role call at a time."""
     start = time.perf_counter()
     outs = [backend.generate(r.role, r.messages, r.sampling) for r in requests]
     return outs, time.perf_counter() - start
@@ -289,8 +295,8 @@ def concurrent_episodes(env, tasks, backend, config, sampling) -> tuple[float, f
 
 
 def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) -> dict:
-    """BFCL dev episodes: sequential fp32 episodes (whole-batch ``generate``, as the runtime issue
-    found it) vs the same episodes concurrently, with continuous batching in torch and in
+    """BFCL dev episodes: sequential fp32 episodes (whole-batch ``generate``, the plain
+    transformers path) vs the same episodes concurrently, with continuous batching in torch and in
     llama.cpp (fp32 and f16 weights)."""
     from heart.environments import load_environment
     from heart.episode import run_episode
@@ -322,7 +328,7 @@ def episodes(adapters: dict[str, str], n: int, batch: int, max_new_tokens: int) 
             **{f"llamacpp_{w}_ratio": round(t / t_today, 3) for w, t in llama_s.items()}}
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=16, help="role calls per measurement (round-robin roles)")
     parser.add_argument("--new-tokens", type=int, default=None,
@@ -332,13 +338,19 @@ def main() -> int:
     parser.add_argument("--episode-new-tokens", type=int, default=64, help="max new tokens per role call in episodes")
     parser.add_argument("--only-episodes", action="store_true", help="skip the call-level measurements")
     parser.add_argument("--skip-torch-variants", action="store_true",
-                        help="of the torch sides, run only today's and continuous batching (not int8, whole "
+                        help="of the torch sides, run only the baseline and continuous batching (not int8, whole "
                              "generate batches, all at once, the static-cache sequential); no memory figures")
     parser.add_argument("--sides", default=None,
-                        help="comma-separated sides to run besides today's (default: every side), e.g. "
+                        help="comma-separated sides to run besides the baseline (default: every side), e.g. "
                              "llamacpp_f16_all_at_once,llamacpp_f16_sequential; no memory or switch figures")
-    parser.add_argument("--out", default=str(REPO / "bench" / "runtime.json"))
+    parser.add_argument("--out", type=Path, default=OUT, help="the JSON report (default: %(default)s)")
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
+    run_stamp = stamp(script=__file__)
     unknown = set((args.sides or "").split(",")) - set(SIDES) - {""}
     if unknown:
         parser.error(f"unknown --sides {sorted(unknown)}; choose from {', '.join(SIDES)}")
@@ -357,11 +369,11 @@ def main() -> int:
         adapters = make_adapters(base_path, Path(tmp))
         if args.only_episodes:
             report["episodes"] = episodes(adapters, args.episodes, args.batch, args.episode_new_tokens)
-            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+            write_stamped_json(args.out, report, run_stamp, indent=2)
             print(json.dumps(report, indent=2))
             return 0
-        # "today" as the runtime issue measured it: fp32, one call at a time, transformers'
-        # dynamic KV cache (the CPU default is now a static cache: see heart.runtime.hf)
+        # the baseline every ratio divides by: fp32, one call at a time, transformers'
+        # dynamic KV cache (the CPU default is a static cache: see heart.runtime.hf)
         dynamic = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch,
                                       kv_cache="dynamic")
         fp32 = TransformersBackend("smollm2-135m", adapters=adapters, max_batch_size=args.batch)
@@ -433,7 +445,7 @@ def main() -> int:
         if args.episodes:
             report["episodes"] = episodes(adapters, args.episodes, args.batch, args.episode_new_tokens)
     report["load_average_end"] = os.getloadavg()
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_stamped_json(args.out, report, run_stamp, indent=2)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -19,13 +19,14 @@ code, an OpenAI-shaped body, the model name echoed, the adapter that answered (t
 own, or none for ``base``), and ``usage`` counts. A *lost* response is a request with no
 reply, a reply that is not JSON, or one that answers another model. The table gives status
 counts per phase, lost responses, latency p50 / p95 and aggregate completion tokens/s, and
-the concurrent phase's throughput as a multiple of the sequential one.
+the concurrent phase's throughput as a multiple of the sequential one. The figures go to
+``--out`` (default ``runs/bench/serve_load.json``) under the run's provenance stamp; curated
+results live in ``bench/results/``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -43,6 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from heart import ROLES  # noqa: E402
+from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
+
+OUT = ROOT / "runs" / "bench" / "serve_load.json"
+"""Where a run's figures go by default (runs/ is not tracked)."""
 
 
 def free_port() -> int:
@@ -53,8 +58,8 @@ def free_port() -> int:
 
 def role_inputs(tasks: int) -> dict[str, list[list[dict]]]:
     """Each role's input messages from gold-teacher episodes of ``tasks`` BFCL train tasks."""
-    from data.teachers import GoldTeacher
-    from eval.e2e import EpisodeEvents
+    from heart_distill.data.teachers import GoldTeacher
+    from heart_distill.eval.e2e import EpisodeEvents
     from heart.environments import load_environment
     from heart.episode import run_episode
 
@@ -79,7 +84,7 @@ class Server:
     def __init__(self, adapters: dict[str, Path], max_batch_size: int, max_prompt_tokens: int):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        command = [sys.executable, "-m", "heart.cli", "serve", "--port", str(self.port),
+        command = [sys.executable, "-m", "heart_distill.cli", "serve", "--port", str(self.port),
                    "--max-batch-size", str(max_batch_size), "--max-prompt-tokens", str(max_prompt_tokens)]
         for role, path in adapters.items():
             command += ["--adapter", f"{role}={path}"]
@@ -172,7 +177,7 @@ def summarise(name: str, results: list[dict], wall_s: float) -> dict:
             "wall_s": round(wall_s, 1), "completion_tokens_per_s": round(tokens / wall_s, 2)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapters", type=Path, help="folder with one adapter folder per role (planner/, router/, …)")
     parser.add_argument("--tasks", type=int, default=3, help="BFCL train tasks whose role calls are the inputs")
@@ -181,8 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=16, help="client threads in the concurrent phase")
     parser.add_argument("--max-tokens", type=int, default=24, help="max_tokens of each request")
     parser.add_argument("--max-batch-size", type=int, default=8, help="heart serve --max-batch-size")
-    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=OUT, help="the figures as JSON (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run_stamp = stamp(argv, __file__)
 
     adapters = {}
     if args.adapters:
@@ -234,9 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         message = message.replace("|", "\\|").replace("\n", " ")[:110]
         hostile_rows.append({"case": name, "status": reply.status_code, "message": message})
         print(f"| {name} | {reply.status_code} | {message} |")
-    if args.out:
-        args.out.write_text(json.dumps({"phases": phases, "throughput_ratio": round(ratio, 2),
-                                        "alive_after": alive, "hostile": hostile_rows}, indent=1) + "\n")
+    write_stamped_json(args.out, {"phases": phases, "throughput_ratio": round(ratio, 2), "alive_after": alive,
+                                  "hostile": hostile_rows}, run_stamp)
     bad = sum(p["5xx"] + p["lost"] for p in phases) + sum(1 for r in hostile_rows if not 400 <= r["status"] < 500)
     return 1 if bad or not alive else 0
 

@@ -2,7 +2,10 @@
 
     python bench/toolface.py                        # everything (several minutes on 2 cores)
     python bench/toolface.py --limit 20 --skip-scale --skip-single-turn   # a quick look
-    python bench/toolface.py --out runs/bench/toolface.json
+    python bench/toolface.py --out runs/bench/toolface_quick.json   # default: runs/bench/toolface.json
+
+The figures go to ``--out`` as JSON under the run's provenance stamp (command, commit, date,
+machine); curated results live in ``bench/results/``.
 
 Three parts, each measured in this one run:
 
@@ -54,17 +57,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from heart.catalog import (  # noqa: E402
     RETRIEVAL_CATEGORIES,
-    _bfcl_data,
-    _read_jsonl,
+    bfcl_data,
     central_catalog,
     content_index,
+    read_jsonl,
     retrieval_config,
     session_toolface,
     tool_statistics,
 )
 from heart.environments import load_environment, split_of  # noqa: E402
 from heart.roles.common import role_input  # noqa: E402
-from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec  # noqa: E402
+from heart.embeddings import Embedder  # noqa: E402
+from heart.toolface import RetrievalConfig, Tool, ToolFace, ToolSpec  # noqa: E402
+from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "toolface.json"
+"""Where a run's figures go by default (runs/ is not tracked)."""
 
 DENSE = RetrievalConfig(dense_weight=1.0, expand_companions=False, min_shown=0, collapse_variants=False)
 HYBRID = RetrievalConfig(expand_companions=False, min_shown=0, collapse_variants=False)
@@ -178,8 +186,8 @@ def print_sessions(results: dict[str, dict]) -> None:
 
 
 def measure_loop(env_name: str, limit: int | None, n_boot: int) -> dict:
-    from data.teachers import GoldTeacher
-    from eval.e2e import EpisodeEvents
+    from heart_distill.data.teachers import GoldTeacher
+    from heart_distill.eval.e2e import EpisodeEvents
     from heart.episode import run_episode
 
     env = load_environment(env_name)
@@ -223,18 +231,18 @@ def print_loop(results: dict[str, dict]) -> None:
 # -- 2. single-turn against the central catalog ---------------------------------------------
 def single_turn_cases(catalog) -> list[tuple[str, list[str]]]:
     """(query, gold catalog names) for every single-turn entry with gold calls."""
-    from heart.catalog import _schema, _content_key
+    from heart.catalog import bfcl_schema, content_key
 
     by_content = content_index(catalog)
-    data = _bfcl_data()
+    data = bfcl_data()
     cases = []
     for category in RETRIEVAL_CATEGORIES:
-        answers = {a["id"]: a for a in _read_jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")}
-        for entry in _read_jsonl(data / f"BFCL_v4_{category}.json"):
+        answers = {a["id"]: a for a in read_jsonl(data / "possible_answer" / f"BFCL_v4_{category}.json")}
+        for entry in read_jsonl(data / f"BFCL_v4_{category}.json"):
             gold_names = {name for call in answers[entry["id"]]["ground_truth"] for name in call}
             docs = {d["name"]: d for d in entry["function"]}
-            gold = [by_content[_content_key(ToolSpec(n, docs[n].get("description", ""),
-                                                     _schema(docs[n].get("parameters", {}))))]
+            gold = [by_content[content_key(ToolSpec(n, docs[n].get("description", ""),
+                                                     bfcl_schema(docs[n].get("parameters", {}))))]
                     for n in sorted(gold_names) if n in docs]
             query = "\n".join(m["content"] for m in entry["question"][0] if m["role"] == "user")
             if gold:
@@ -318,9 +326,9 @@ def measure_scale(sizes: list[int], n_queries: int, sigma: float, ef_searches: l
 
     queries = [q for q, _ in single_turn_cases(central_catalog())][:n_queries]
     q_vectors = Embedder().embed(queries)
-    from heart.toolface import _load_embedder
+    from heart.embeddings import load_embedder
 
-    model = _load_embedder()
+    model = load_embedder()
     start = time.perf_counter()
     for q in queries[:50]:
         model.encode([q], normalize_embeddings=True)
@@ -373,7 +381,7 @@ def print_scale(rows: list[dict], sigma: float) -> None:
         print(f"\nQuery embedding (MiniLM, one query, uncached): {rows[0]['query_embed_ms']:.1f} ms")
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=None, help="first N tasks per environment")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
@@ -386,8 +394,13 @@ def main() -> None:
     parser.add_argument("--skip-single-turn", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--loop", action="store_true", help="also measure what the loop shows (gold teacher)")
-    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=OUT, help="the figures as JSON (default: %(default)s)")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    run_stamp = stamp(script=__file__)
 
     report: dict = {"cpus": os.cpu_count(), "load_average": os.getloadavg()}
     if not args.skip_sessions:
@@ -405,9 +418,7 @@ def main() -> None:
         print_scale(report["scale"], args.sigma)
         print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
               "(a shared machine: compare rows within this run, not across runs)")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
+    write_stamped_json(args.out, report, run_stamp, indent=2)
 
 
 if __name__ == "__main__":

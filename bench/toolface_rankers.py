@@ -4,6 +4,9 @@ shows the Planner first? (issue 9's open goal on AgentDojo: ≥ 0.95 of tasks, �
     python bench/toolface_rankers.py                       # AgentDojo, a few minutes on 2 cores
     python bench/toolface_rankers.py --env bfcl --out runs/bench/toolface_rankers_bfcl.json
 
+The figures go to ``--out`` (default ``runs/bench/toolface_rankers.json``) as JSON under the
+run's provenance stamp; curated results live in ``bench/results/``.
+
 Every variant re-ranks a task's session tools for the turn's user text; ToolFace's own policy
 then decides what is shown (the top k, their companions, filled up to ``min_shown``:
 ``ToolFace.retrieve`` with its ``search`` replaced by the variant's ranking), with the
@@ -38,7 +41,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
 import os
 import re
 import sys
@@ -53,7 +55,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.toolface import bootstrap, fmt, session_cases  # noqa: E402
 from heart.catalog import session_toolface, tool_statistics  # noqa: E402
-from heart.toolface import Embedder, ToolFace, _tokenize  # noqa: E402
+from heart.embeddings import Embedder  # noqa: E402
+from heart.toolface import ToolFace, bm25_tokenize  # noqa: E402
+from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "toolface_rankers.json"
+"""Where a run's figures go by default (runs/ is not tracked)."""
 
 CLAUSE_BREAK = re.compile(r"(?<=[.!?])\s+|\s*\b\d+\.\s+|,?\s+\b(?:then|also|finally|afterwards)\b\s+|;\s*", re.I)
 
@@ -83,7 +90,7 @@ def bm25_index(documents: list[str]):
 def bm25_scores(index, query: str) -> np.ndarray:
     """BM25 of ``query`` against ``index``'s documents, normalised by the best (as ToolFace
     fuses it)."""
-    tokens = _tokenize([query])[0]
+    tokens = bm25_tokenize([query])[0]
     scores = np.asarray(index.get_scores(tokens), dtype=np.float32) if tokens else np.zeros(index.scores["num_docs"])
     return normalised(scores)
 
@@ -319,15 +326,21 @@ def measure(turns: list[Turn], shown_of: Callable[[Turn], list[str]], n_boot: in
     return out
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="agentdojo", choices=["agentdojo", "bfcl"])
     parser.add_argument("--max-shown", type=float, default=10.0, help="mean tools shown a setting may use")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--families", default=",".join(FAMILIES),
                         help=f"comma-separated, of: {', '.join(FAMILIES)}")
-    parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--out", type=Path, default=OUT, help="the figures as JSON (default: %(default)s)")
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
+    run_stamp = stamp(script=__file__)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
@@ -361,10 +374,8 @@ def main() -> None:
         best = f"{r['grid_best_held_out']:.3f}" if "grid_best_held_out" in r else "–"
         print(f"| {name} | {chosen} | {fmt(r['all'])} | {fmt(r['train'])} | {fmt(r['held-out'])} "
               f"| {r['shown']:.2f} | {best} |")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1))
-        print(f"\nwrote {args.out}")
+    write_stamped_json(args.out, results, run_stamp)
+    print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":

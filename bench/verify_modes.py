@@ -8,6 +8,9 @@ role and prompt tokens (SmolLM2 tokenizer over the exact messages sent; whitespa
 it is not prepared). The teacher is seeded per task, so both variants meet the same faults.
 
     python bench/verify_modes.py [--env bfcl] [--split dev] [--tasks 20] [--fault-rate 0.3] [--seeds 0 1 2]
+
+What it prints also goes to ``--out`` (default ``runs/bench/verify_modes.txt``) under the run's
+provenance stamp; curated results live in ``bench/results/``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402  (after the path insert)
+
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "verify_modes.txt"
+"""Where a run's output goes by default (runs/ is not tracked)."""
+
 
 def run_variant(environment, task_ids, verify: str, fault_rate: float, seeds: list[int], trace_path: Path):
-    from data.teachers import GoldTeacher
+    from heart_distill.data.teachers import GoldTeacher
     from heart.episode import run_episode
     from heart.loop import LoopConfig
     from heart.traces import TraceWriter, read_trace
@@ -57,7 +65,7 @@ def summarize(rows, counter) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
     parser.add_argument("--split", default="dev")
@@ -65,9 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tokenizer", default="default", help="'default' (SmolLM2), 'whitespace', or a tokenizer")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    return parser
 
-    from data.card import load_token_counter
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with stamped_stdout(args.out, stamp(argv, __file__)):
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
+
+    from heart_distill.data.card import load_token_counter
     from heart.environments import load_environment
 
     environment = load_environment(args.env)

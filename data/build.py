@@ -2,7 +2,7 @@
 
 Run it on a collection run::
 
-    python -m data.build runs/<name> --out runs/<name>/datasets
+    python -m heart_distill.data.build runs/<name> --out runs/<name>/datasets
     heart datasets build runs/<name> --out runs/<name>/datasets
 
 It reads every ``<run>/traces/*.jsonl`` shard once, judges each episode when its episode
@@ -21,11 +21,9 @@ build complete and a half-written dataset never sits where a reader looks.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -35,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from data.filters import (
+from heart_distill.data.filters import (
     EVENT_FILTERS,
     RULES,
     ROLES,
@@ -46,6 +44,8 @@ from data.filters import (
     first_failing_filter,
     judged_steps,
 )
+from heart.argtypes import fraction, nonnegative_int, ratio_or_none
+from heart.atomic import locked, staged_dir
 from heart.environments.splits import split_of
 from heart.traces import TraceFormatError, TraceReadStats, read_trace
 
@@ -270,7 +270,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
     unknown format version or a corrupt line other than a torn last one, and
     ``FileExistsError`` for existing role folders unless ``options.overwrite``.
     """
-    from data.card import load_token_counter
+    from heart_distill.data.card import load_token_counter
 
     options = options or BuildOptions()
     start = time.perf_counter()
@@ -364,7 +364,7 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
     """Dedupe, split, balance and save each role (with its card) into ``out_dir``."""
     from datasets import DatasetDict
 
-    from data.card import length_stats, quality_stats, variant_messages, write_card
+    from heart_distill.data.card import length_stats, quality_stats, variant_messages, write_card
 
     select_s = save_s = card_s = 0.0
     for role in options.roles:
@@ -439,47 +439,33 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
     report.timings_s = {"dedupe_split_balance": select_s, "save": save_s, "card": card_s}
 
 
-STAGING_TAG = ".staging-"
-OLD_TAG = ".old-"
-
-
 @contextmanager
 def _staged_output(out_dir: Path, rebuilt: tuple[str, ...]) -> Iterator[tuple[Path, dict[str, Any]]]:
     """Yield (staging folder, previous build report); on success the staging folder
-    replaces ``out_dir`` in one atomic swap, on any failure it is removed.
+    replaces ``out_dir`` in one atomic swap, on any failure it is removed
+    (:func:`heart.atomic.staged_dir`).
 
     The whole build holds a file lock beside ``out_dir``, so two builds into one folder
     never interleave and leftovers of a killed build can be cleaned up safely.
     """
-    from filelock import FileLock
-
     out_dir = out_dir.absolute()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out_dir.with_name(f".{out_dir.name}.lock"))):
-        _recover_killed_build(out_dir)
-        staging = out_dir.with_name(f".{out_dir.name}{STAGING_TAG}{os.getpid()}-{secrets.token_hex(4)}")
-        staging.mkdir()
+    with locked(out_dir), staged_dir(out_dir) as staging:
         previous: dict[str, Any] = {}
-        try:
-            if out_dir.exists():
-                for entry in out_dir.iterdir():  # carry over what this build does not replace
-                    if entry.name in rebuilt or entry.name == "build_report.json":
-                        continue
-                    if entry.is_dir():
-                        shutil.copytree(entry, staging / entry.name, copy_function=_link_or_copy)
-                    else:
-                        _link_or_copy(entry, staging / entry.name)
-                report_path = out_dir / "build_report.json"
-                if report_path.exists():
-                    try:
-                        previous = json.loads(report_path.read_text(encoding="utf-8"))
-                    except json.JSONDecodeError:
-                        previous = {}
-            yield staging, previous
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        _swap_in(staging, out_dir)
+        if out_dir.exists():
+            for entry in out_dir.iterdir():  # carry over what this build does not replace
+                if entry.name in rebuilt or entry.name == "build_report.json":
+                    continue
+                if entry.is_dir():
+                    shutil.copytree(entry, staging / entry.name, copy_function=_link_or_copy)
+                else:
+                    _link_or_copy(entry, staging / entry.name)
+            report_path = out_dir / "build_report.json"
+            if report_path.exists():
+                try:
+                    previous = json.loads(report_path.read_text(encoding="utf-8"))
+                except json.JSONDecodeError:
+                    previous = {}
+        yield staging, previous
 
 
 def _link_or_copy(src: str | Path, dst: str | Path) -> None:
@@ -488,44 +474,6 @@ def _link_or_copy(src: str | Path, dst: str | Path) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
-
-
-def _swap_in(staging: Path, out_dir: Path) -> None:
-    """Make ``staging`` the new ``out_dir``: one atomic step where Linux allows it."""
-    if not out_dir.exists():
-        os.rename(staging, out_dir)
-        return
-    if _exchange(staging, out_dir):  # staging now holds the previous build
-        shutil.rmtree(staging, ignore_errors=True)
-        return
-    # Fallback (no renameat2): two renames. A kill between them leaves the previous build
-    # under an .old- name, which the next build restores (see _recover_killed_build).
-    old = out_dir.with_name(f".{out_dir.name}{OLD_TAG}{os.getpid()}-{secrets.token_hex(4)}")
-    os.rename(out_dir, old)
-    os.rename(staging, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _recover_killed_build(out_dir: Path) -> None:
-    """Remove staging folders of killed builds; restore a previous build a kill left under
-    its .old- name (only possible in the two-rename fallback)."""
-    for entry in out_dir.parent.glob(f".{out_dir.name}{OLD_TAG}*"):
-        if not out_dir.exists():
-            os.rename(entry, out_dir)
-        else:
-            shutil.rmtree(entry, ignore_errors=True)
-    for entry in out_dir.parent.glob(f".{out_dir.name}{STAGING_TAG}*"):
-        shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextmanager
@@ -560,7 +508,8 @@ def _applies(rule: str, role: str) -> bool:
 
 
 def headline_checks(report: BuildReport) -> list[str]:
-    """Issue 8's four checks, over the built datasets (all splits)."""
+    """The four learnability checks (tools retrieved, literals grounded, targets schema-valid,
+    Verifier FAILs on clean executions), over the built datasets (all splits)."""
     q = {role: r.get("quality", {}) for role, r in report.roles.items()}
 
     def rate(value: float | None) -> str:
@@ -581,16 +530,16 @@ def headline_checks(report: BuildReport) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m data.build",
+        prog="python -m heart_distill.data.build",
         description="Build one chat dataset per role from a run's traces.",
     )
     parser.add_argument("run_dir", help="the collection run folder (holds traces/*.jsonl)")
     parser.add_argument("--out", help="output folder (default: <run_dir>/datasets)")
-    parser.add_argument("--verifier-balance", default="1.0",
+    parser.add_argument("--verifier-balance", type=ratio_or_none, default="1.0",
                         help="max majority/minority verdict ratio per Verifier split, or 'none'")
-    parser.add_argument("--validation-fraction", type=float, default=0.1,
+    parser.add_argument("--validation-fraction", type=fraction, default=0.1,
                         help="share of task ids held out when the run has no dev-split task")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the Verifier downsampling")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the Verifier downsampling")
     parser.add_argument("--tokenizer", default="default",
                         help="'default' (SmolLM2, else whitespace), 'whitespace', or a tokenizer")
     parser.add_argument("--roles", default=",".join(ROLES), help="comma-separated roles to build")
@@ -598,9 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        balance = None if args.verifier_balance.lower() == "none" else float(args.verifier_balance)
         options = BuildOptions(
-            verifier_balance=balance,
+            verifier_balance=args.verifier_balance,
             validation_fraction=args.validation_fraction,
             seed=args.seed,
             token_counter=args.tokenizer,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from data.filters import RULES
+from heart_distill.data.filters import RULES
 
 Messages = list[dict[str, str]]
 
@@ -220,7 +220,7 @@ def write_card(role_dir: Path, role: str, role_report: dict[str, Any], context: 
     write_histogram(role_dir / "token_lengths.png", lengths_by_split, role, unit)
 
 
-# -- issue 8's learnability statistics -------------------------------------------------------
+# -- learnability statistics: can a student derive each target from its input? --------------
 
 def _payload_and_answer(example: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     from heart.roles.common import read_input
@@ -239,7 +239,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     Verifier labels by fault kind and the share of FAILs on steps that executed cleanly."""
     import jsonschema
 
-    from data.grounding import literals, ungrounded_literals
+    from heart.grounding import literals, ungrounded_literals
     from heart.roles import ROLE_MODULES
     from heart.roles.planner import shown_tools
 

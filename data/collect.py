@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import json
 import os
 import platform
@@ -29,55 +28,16 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from data.teachers import GoldTeacher, gold_teacher_name
+from heart.atomic import publish_text
+from heart.embeddings import Embedder
 from heart.environments import load_environment
 from heart.episode import episode_id, run_episode
 from heart.loop import LoopConfig
-from heart.runtime.openai_compat import parse_teacher_spec
-from heart.toolface import Embedder
 from heart.traces import TraceFormatError, TraceReadStats, TraceWriter, read_trace
+from heart_distill.arguments import collect_arguments as add_arguments
+from heart_distill.data.teachers import TeacherFactory
 
 MANIFEST = "manifest.json"
-
-
-class TeacherFactory:
-    """Builds the backend for one episode from a teacher string (``gold``,
-    ``openai:<url>#<model>``, ``hf:<model>``): the gold teacher is per task, others shared."""
-
-    def __init__(self, spec: str, fault_rate: float, environment, quantize: str | None = None,
-                 max_batch_size: int = 8):
-        self.spec = parse_teacher_spec(spec)
-        if fault_rate and self.spec.kind != "gold":
-            raise ValueError(f"--fault-rate applies to the gold teacher only, not to {spec!r}")
-        self.fault_rate = fault_rate
-        self.environment = environment
-        self._shared = None
-        if self.spec.kind == "openai":
-            from heart.runtime.openai_compat import OpenAIBackend
-
-            self._shared = OpenAIBackend(self.spec.url, self.spec.model)
-        elif self.spec.kind == "hf":
-            from heart.runtime.scheduler import BatchingBackend
-            from heart.user_errors import transformers_backend
-
-            # Concurrent episodes share the one in-process model through the scheduler,
-            # which serves their pending role calls as mixed-role batches.
-            self._shared = BatchingBackend(transformers_backend(self.spec.model, quantize=quantize),
-                                           max_batch_size=max_batch_size)
-
-    @property
-    def name(self) -> str:
-        """The teacher's backend name, as it appears in traces and episode ids."""
-        return gold_teacher_name(self.fault_rate) if self._shared is None else self._shared.name
-
-    def client(self):
-        """Context for one episode: registers it with the batching scheduler (hf teachers)."""
-        return self._shared.client() if self.spec.kind == "hf" else contextlib.nullcontext()
-
-    def __call__(self, task, seed: int):
-        if self._shared is None:  # gold: phrasing and faults vary with the episode's seed
-            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.fault_rate, seed=seed)
-        return self._shared
 
 
 def _versions() -> dict[str, str]:
@@ -151,9 +111,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
                 break
         else:
             manifest["collections"].append(entry)
-        tmp = path.with_name(f"{MANIFEST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, path)
+        publish_text(path, json.dumps(manifest, indent=2) + "\n")
 
 
 def collect(args: argparse.Namespace) -> int:
@@ -222,33 +180,11 @@ def collect(args: argparse.Namespace) -> int:
                 bar.update(1)  # tqdm shows episodes/s itself
                 bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}", errored=stats["errored"])
     summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shard": str(shard)}
-    tmp = out / f"last_collect.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, out / "last_collect.json")
+    publish_text(out / "last_collect.json", json.dumps(summary, indent=2) + "\n")
     print(f"collect: {stats['ok']}/{stats['n']} episodes valid by the {args.env} checker; "
           f"{stats['replans']} re-plans, {stats['recovered']} turns recovered after a re-plan; "
           f"{stats['errored']} episodes errored (infrastructure; --resume runs them again)", file=sys.stderr)
     return 0 if stats["errored"] == 0 else 1
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
-    parser.add_argument("--split", default="train", choices=["train", "dev", "test"])
-    parser.add_argument("--teacher", default="gold", help="gold | openai:<url>#<model> | hf:<model>")
-    parser.add_argument("--fault-rate", type=float, default=0.0,
-                        help="gold teacher: chance that a dispatch carries an injected fault (default 0)")
-    parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one episode per task per seed")
-    parser.add_argument("--budget", type=int, default=3, help="re-plan budget B")
-    parser.add_argument("--verify", default="step", choices=["step", "attempt"],
-                        help="Verifier granularity: per step (Algorithm 1) or per whole attempt")
-    parser.add_argument("--concurrency", type=int, default=8, help="episodes run at once")
-    parser.add_argument("--quantize", choices=["int8"], default=None,
-                        help="hf teacher: int8 dynamic-quantised base linears (LoRA kept exact)")
-    parser.add_argument("--max-batch-size", type=int, default=8,
-                        help="hf teacher: most role calls served in one batch across episodes")
-    parser.add_argument("--limit", type=int, default=0, help="only the first N tasks of the split")
-    parser.add_argument("--resume", action="store_true", help="continue a killed run in --out")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,9 @@ from typing import Any, Callable
 
 import jsonschema
 
-from data.grounding import ungrounded_literals
+from heart import ROLES
+from heart.grounding import ungrounded_literals
 
-ROLES = ("planner", "router", "primitive", "verifier")
 ACTOR_ROLES = ("planner", "router", "primitive")
 """The roles that act; they learn only from attempts the Verifier passed in episodes the
 environment scored as a success."""

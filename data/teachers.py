@@ -1,447 +1,63 @@
-"""Teachers: backends that answer every role well enough to learn from.
+"""Teachers: backends that answer every role well enough to learn from, built per episode.
 
-- :class:`GoldTeacher` answers from the task's gold calls (BFCL ground truth, AgentDojo
-  ``ground_truth()``), with optional fault injection so the traces hold real failures,
-  real Verifier FAILs and real recoveries;
+A teacher string names one (``heart collect --teacher``, :func:`heart.runtime.openai_compat.parse_teacher_spec`):
+
+- ``gold`` — the gold-guided teacher, :class:`heart.runtime.scripted.GoldTeacher`: it answers
+  from the task's gold calls, with optional fault injection (``--fault-rate``) so the traces
+  hold real failures, real Verifier FAILs and real recoveries; one is built per episode;
 - ``openai:<url>#<model>`` — any chat-completions endpoint (:mod:`heart.runtime.openai_compat`);
-- ``hf:<model>`` — any transformers model by id or folder (:mod:`heart.runtime.hf`).
+- ``hf:<model>`` — any transformers model by id or folder (:mod:`heart.runtime.hf`), shared by
+  concurrent episodes through the batching scheduler.
 
 A teacher is a backend like any other, so collection runs the very loop inference runs.
-
-The gold teacher writes only what a role could derive from its own input plus the gold
-calls (issue 8), in the formats of HEART Appendix D:
-
-- **Planner**: plans only with tools in ``available_tools``. When a gold tool of the turn
-  was not retrieved, it plans the gold calls before it (none, if the first gold tool is
-  missing: the prompt's rule for "no available tool serves the request") and records the
-  miss as ``retrieval_miss`` in the event's ``extra``. The Verifier then fails the plan's
-  last step on ``task_completion`` and names what is still to do; the loop's re-plan adds
-  tools retrieved for that feedback (``LoopConfig.replan_tools``), so the missing tool can
-  come into view the way it would for any agent, never from the answer key.
-- **Router**: binds a gold value literally only when it occurs in the Router's input;
-  otherwise it refers to the result of the previous plan step (``$step_j.result``), from
-  which the Primitive (which sees that result) takes the value. A value that is in neither
-  is bound as is and counted by the build's ``router_ungrounded`` filter.
-- **Verifier**: judges each step against the gold call — FAIL when it deviates — with
-  criteria per fault kind and feedback written from the Verifier's own input (step,
-  argument, what the request asked, what was used). It never writes benchmark answer text.
-- **Faults** (``fault_rate``): schema faults that fail binding (no side effects) and
-  semantic faults that execute cleanly with a plausible wrong value taken from the same
-  task's context, so the Verifier learns FAILs that execution alone does not show.
-
-Every answer is clipped to its role's length limits, so it validates against the schema
-the role is served with (``schema_for_input`` of its own input).
 """
 
 from __future__ import annotations
 
-import json
-import random
-import re
-import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+import contextlib
 
-from data.grounding import grounded
-from heart.environments.base import Task, ToolCall
-from heart.roles import planner, router, verifier
-from heart.roles.common import clip_phrase, clip_words, render_answer, role_input
-from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
-from heart.toolface import ToolSpec
+from heart.runtime.openai_compat import parse_teacher_spec
+from heart.runtime.scripted import GoldTeacher, gold_teacher_name
 
 
-def gold_teacher_name(fault_rate: float) -> str:
-    """The gold teacher's backend name (it enters episode ids, so resume depends on it)."""
-    return "gold" if fault_rate == 0 else f"gold+faults{fault_rate:g}"
+class TeacherFactory:
+    """Builds the backend for one episode from a teacher string (``gold``,
+    ``openai:<url>#<model>``, ``hf:<model>``): the gold teacher is per task, others shared."""
 
-
-SCHEMA_FAULTS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_reference")
-"""Faults that fail binding or resolution: visible failures without side effects."""
-SEMANTIC_FAULTS = ("semantic_value",)
-"""Faults that bind and may execute cleanly, but with a plausible wrong value."""
-FAULT_KINDS = SCHEMA_FAULTS + SEMANTIC_FAULTS
-SEMANTIC_SHARE = 0.85
-"""Share of injected faults that are semantic."""
-
-_QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
-
-
-def _purpose(description: str, limit: int | None = None) -> str:
-    """A short verb phrase from a tool description (its first sentence, lowercased); with
-    ``limit``, its first words up to that many characters (:func:`clip_phrase`)."""
-    text = " ".join(description.split("Tool description:")[-1].split())
-    sentence = text.split(". ")[0].rstrip(".…").strip()
-    if limit is not None:
-        sentence = clip_phrase(sentence, limit)
-    return sentence[:1].lower() + sentence[1:] if sentence else ""
-
-
-_REQUEST = re.compile(r"\?|\b(please|could you|can you|would you|i need|i want|i'd like|help me|let's)\b", re.I)
-
-
-def _request_sentence(query: str) -> str:
-    """The sentence of ``query`` that asks for something (a question, "please", "could
-    you", …), else its first: an objective, not a greeting."""
-    sentences = re.split(r"(?<=[.?!])\s", query)
-    return next((s for s in sentences if _REQUEST.search(s)), sentences[0])
-
-
-def _value_text(value: Any) -> str:
-    """A value inside natural-language text, quoted with single quotes: escaped double quotes
-    inside JSON strings are what the serving grammar handles worst."""
-    if isinstance(value, str):
-        return "'" + value.replace('"', "'") + "'"
-    return json.dumps(value, ensure_ascii=False).replace('"', "'")
-
-
-def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
-    """``arguments`` in the parameter order of the tool's schema: constrained decoding
-    writes properties in schema order, so the teacher does too."""
-    rank = {name: i for i, name in enumerate(order)}
-    return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
-
-
-TASK_CHARS = 24
-OBJECTIVE_CHARS = 32
-STEP_OBJECTIVE_CHARS = 48
-PURPOSE_CHARS = 40
-"""A tool's purpose inside an objective or request: its description's first words."""
-MAX_CONSTRAINTS = 2
-DETAILS_CHARS = 40
-"""A failure's details quoted in Verifier feedback."""
-"""The teacher writes intents shorter than the schema allows: every token of an answer is
-one the student must learn to produce."""
-
-# Natural-language fields are written from several templates so the student learns the
-# content, not one phrasing.
-OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}", "{Purpose}{args}.")
-REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
-
-
-@dataclass
-class _TurnState:
-    turn: int
-    consumed: int = 0
-    """Gold calls of the turn that ran and passed verification."""
-    faults: int = 0
-    plan_calls: list[ToolCall] = field(default_factory=list)
-    """The gold calls the current plan covers, in order (step i ↔ plan_calls[i-1])."""
-    pending: list[tuple[int, ToolCall]] = field(default_factory=list)
-    """Dispatched (step, call) pairs whose Primitive has not answered yet."""
-    primitive_faults: dict[int, str] = field(default_factory=dict)
-    """Plan step → fault its Primitive will carry out."""
-    injected: dict[int, str] = field(default_factory=dict)
-    """Plan step → fault injected into it in the current attempt (Router or Primitive)."""
-
-
-class GoldTeacher:
-    """Answers each role from the gold calls of one task (build one per episode).
-
-    The loop calls roles in a fixed order — Planner, Router, then per step a Primitive and
-    (per-step verification) a Verifier — so the teacher follows along with a little state
-    per turn: which gold calls already passed, which the current plan covers.
-    """
-
-    def __init__(self, task: Task, tools: Sequence[ToolSpec], fault_rate: float = 0.0,
-                 max_faults_per_turn: int = 1, seed: int = 0):
-        if task.gold is None:
-            raise ValueError(f"task {task.task_id} has no gold calls: the gold teacher cannot answer it")
-        if not 0.0 <= fault_rate <= 1.0:
-            raise ValueError(f"fault_rate must be within [0, 1], got {fault_rate}")
-        self.task = task
-        self.specs = {s.name: s for s in tools}
+    def __init__(self, spec: str, fault_rate: float, environment, quantize: str | None = None,
+                 max_batch_size: int = 8):
+        self.spec = parse_teacher_spec(spec)
+        if fault_rate and self.spec.kind != "gold":
+            raise ValueError(f"--fault-rate applies to the gold teacher only, not to {spec!r}")
         self.fault_rate = fault_rate
-        self.max_faults_per_turn = max_faults_per_turn
-        self.rng = random.Random(f"{task.env}/{task.task_id}/{seed}")
-        self.name = gold_teacher_name(fault_rate)
-        self._turns: dict[int, _TurnState] = {}
-        self._current: _TurnState | None = None
-        self._context_strings = self._task_strings(task)
+        self.environment = environment
+        self._shared = None
+        if self.spec.kind == "openai":
+            from heart.runtime.openai_compat import OpenAIBackend
 
-    # -- backend protocol ------------------------------------------------------------------
-    def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
-        start = time.perf_counter()
-        payload = role_input(messages)
-        answer, meta = {"planner": self._planner, "router": self._router,
-                        "primitive": self._primitive, "verifier": self._verifier}[role](payload)
-        # the very form the serving grammar (heart.runtime.hf) and the prefills use, so a
-        # student learns exactly what it may produce
-        text = render_answer(answer)
-        return Generation(text=text, backend=self.name, meta=meta,
-                          prompt_tokens=sum(len(m["content"].split()) for m in messages),
-                          completion_tokens=len(text.split()), latency_s=time.perf_counter() - start)
+            self._shared = OpenAIBackend(self.spec.url, self.spec.model)
+        elif self.spec.kind == "hf":
+            from heart.runtime.scheduler import BatchingBackend
+            from heart.user_errors import transformers_backend
 
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        return [self.generate(r.role, r.messages, r.sampling) for r in requests]
+            # Concurrent episodes share the one in-process model through the scheduler,
+            # which serves their pending role calls as mixed-role batches.
+            self._shared = BatchingBackend(transformers_backend(self.spec.model, quantize=quantize),
+                                           max_batch_size=max_batch_size)
 
-    # -- helpers ---------------------------------------------------------------------------
-    @staticmethod
-    def _task_strings(task: Task) -> dict[str, list[str]]:
-        """String values of the task's context, for plausible semantic faults: every gold
-        argument (by parameter name, and all together) and every quoted phrase of a query."""
-        by_name: dict[str, list[str]] = {"*": []}
-        for turn in task.gold or []:
-            for call in turn:
-                for name, value in call.arguments.items():
-                    if isinstance(value, str) and value.strip():
-                        by_name.setdefault(name, []).append(value)
-                        by_name["*"].append(value)
-        for query in task.turns:
-            by_name["*"] += _QUOTED.findall(query)
-        return {k: sorted(set(v)) for k, v in by_name.items()}
+    @property
+    def name(self) -> str:
+        """The teacher's backend name, as it appears in traces and episode ids."""
+        return gold_teacher_name(self.fault_rate) if self._shared is None else self._shared.name
 
-    def _args_parts(self, arguments: dict[str, Any], text: str, references: dict[str, str] | None = None) -> list[str]:
-        """"k=v" for the grounded values only; references named by their step."""
-        parts = []
-        for name, value in arguments.items():
-            if references and name in references:
-                parts.append(f"{name} from {references[name].split('.')[0][1:].replace('_', ' ')}")
-            elif not isinstance(value, (dict, list)) and grounded(value, text) and value is not None:
-                parts.append(f"{name}={_value_text(value)}")
-        return parts
+    def client(self):
+        """Context for one episode: registers it with the batching scheduler (hf teachers)."""
+        return self._shared.client() if self.spec.kind == "hf" else contextlib.nullcontext()
 
-    def _fill(self, templates: Sequence[str], tool: str, description: str, parts: list[str], limit: int) -> str:
-        """A template filled with the tool's purpose and as many whole "k=v" parts as fit in
-        ``limit`` (at least the first, clipped): a value cut in half helps no one."""
-        purpose = _purpose(description, PURPOSE_CHARS) or f"run {tool}"
-        template = self.rng.choice(templates)
+    def __call__(self, task, seed: int):
+        if self._shared is None:  # gold: phrasing and faults vary with the episode's seed
+            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.fault_rate, seed=seed)
+        return self._shared
 
-        def text(n: int) -> str:
-            args = f" ({', '.join(parts[:n])})" if n else ""
-            return template.format(tool=tool, purpose=purpose, args=args, Purpose=purpose[:1].upper() + purpose[1:])
 
-        n = len(parts)
-        while n > 1 and len(text(n)) > limit:
-            n -= 1
-        return clip_words(text(n), limit)
-
-    def _description(self, tool: str) -> str:
-        """The tool's own description (its documentation, not an answer): objectives and
-        requests take their purpose phrase from it, also when the Planner's input omits it
-        as a restatement of the name."""
-        spec = self.specs.get(tool)
-        return spec.description if spec else ""
-
-    def _maybe_fault(self, state: _TurnState) -> str | None:
-        if state.faults >= self.max_faults_per_turn or self.rng.random() >= self.fault_rate:
-            return None
-        state.faults += 1
-        if self.rng.random() < SEMANTIC_SHARE:
-            return "semantic_value"
-        return self.rng.choice(SCHEMA_FAULTS)
-
-    # -- Planner ---------------------------------------------------------------------------
-    def _planner(self, p: dict[str, Any]) -> tuple[dict, dict]:
-        turn = self.task.turns.index(p["user_query"])
-        state = self._current = self._turns.setdefault(turn, _TurnState(turn))
-        shown = {name: {"name": name, "category": category, "description": description}
-                 for category, tools in p["available_tools"].items() for name, description in tools.items()}
-        remaining = self.task.gold[turn][state.consumed:]
-        missing = sorted({c.name for c in remaining if c.name not in shown})
-        meta: dict[str, Any] = {}
-        visible = list(remaining)
-        if missing:  # never plan with a tool the Planner was not shown: plan the calls before it
-            visible = visible[:next(i for i, c in enumerate(remaining) if c.name not in shown)]
-            meta["retrieval_miss"] = missing
-        # a plan longer than the input allows is cut; the Verifier says what is left
-        state.plan_calls = visible[:p.get("max_steps", planner.DEFAULT_MAX_STEPS)]
-        text = json.dumps(p, ensure_ascii=False)
-        query = " ".join(p["user_query"].split())
-        plan = []
-        for i, call in enumerate(state.plan_calls, 1):
-            tool = shown[call.name]
-            plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
-                         "objective": self._fill(OBJECTIVES, call.name, self._description(call.name),
-                                                 self._args_parts(call.arguments, text), STEP_OBJECTIVE_CHARS),
-                         "dependencies": [i - 1] if i > 1 else []})
-        constraints = []
-        for call in state.plan_calls:
-            for name, value in call.arguments.items():
-                if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
-                        and str(value).strip() and str(value) in query:
-                    constraints.append(clip_words(f"{name}: {value}", planner.CONSTRAINT_CHARS))
-        intent = {
-            # the user's task (what is left of it), also when no shown tool serves it: the
-            # loop then searches for more tools with this phrase
-            "task": clip_words(", ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS)
-                                                       or c.name for c in remaining))
-                               or "answer without tools", TASK_CHARS),
-            "objective": clip_words(_request_sentence(query), OBJECTIVE_CHARS),
-            "tool_categories": sorted({s["tool_category"] for s in plan}),
-            "constraints": list(dict.fromkeys(constraints))[:MAX_CONSTRAINTS],
-        }
-        answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
-        return answer, meta
-
-    # -- Router ----------------------------------------------------------------------------
-    def _router(self, p: dict[str, Any]) -> tuple[dict, dict]:
-        state = self._current
-        state.pending, state.primitive_faults, state.injected = [], {}, {}
-        text = json.dumps(p, ensure_ascii=False)
-        meta: dict[str, Any] = {}
-        dispatch = []
-        for i, call in enumerate(state.plan_calls, 1):
-            params = p["tools"].get(call.name, {})
-            call = ToolCall(call.name, _in_order(call.arguments, params.get("required", []) + params.get("optional", [])))
-            bindings: dict[str, Any] = {}
-            references: dict[str, str] = {}
-            for name, value in call.arguments.items():
-                if grounded(value, text) or i == 1:
-                    bindings[name] = value
-                else:  # produced upstream: the Primitive takes it from the previous step's result
-                    bindings[name] = references[name] = f"$step_{i - 1}.result"
-            fault = self._maybe_fault(state)
-            if fault == "stale_reference" and bindings:
-                name = self.rng.choice(list(bindings))
-                bindings[name] = f"$step_{len(state.plan_calls) + 1}.result.{name}"  # a step that never runs
-                state.injected[i] = fault
-                meta = {"injected_fault": fault, "fault_step": i}
-            elif fault:
-                state.primitive_faults[i] = "wrong_argument" if fault == "stale_reference" else fault
-            state.pending.append((i, call))
-            dispatch.append({
-                "step": i, "target_tool": call.name,
-                "invocation_request": self._fill(REQUESTS, call.name, self._description(call.name),
-                                                 self._args_parts(call.arguments, text, references),
-                                                 router.REQUEST_CHARS),
-                "resolved_bindings": bindings,
-                "h_params": {"retry": self.rng.choice((1, 1, 2)), "priority": "normal",
-                             "timeout_s": self.rng.choice((30, 30, 60))},
-            })
-        return {"status": "READY", "dispatch": dispatch}, meta
-
-    # -- Primitive -------------------------------------------------------------------------
-    def _primitive(self, p: dict[str, Any]) -> tuple[dict, dict]:
-        state = self._current
-        tool = p["tool"]["name"]
-        step, call = state.pending.pop(next(i for i, (_, c) in enumerate(state.pending) if c.name == tool))
-        arguments = _in_order(call.arguments, list(p["tool"]["parameters"].get("properties", {})))
-        fault = state.primitive_faults.pop(step, None)
-        if fault is None:
-            return {"tool": tool, "arguments": arguments}, {}
-        if fault == "semantic_value":
-            answer, meta = self._semantic_fault(tool, arguments, p)
-        else:
-            answer, meta = self._schema_fault(fault, tool, arguments, p["tool"]["parameters"])
-        state.injected[step] = meta["injected_fault"]
-        return answer, meta
-
-    def _semantic_fault(self, tool: str, arguments: dict, p: dict) -> tuple[dict, dict]:
-        """A plausible other value for one literally bound argument (same task's context);
-        falls back to a schema fault when no argument has a plausible alternative."""
-        props = p["tool"]["parameters"].get("properties", {})
-        options = []
-        for name, value in arguments.items():
-            if p["resolved_bindings"].get(name) != value or isinstance(value, bool):
-                continue  # the Verifier must see what was asked: only literal bindings
-            spec = props.get(name, {})
-            if "enum" in spec:
-                others = [o for o in spec["enum"] if o != value]
-            elif isinstance(value, str) and _DATE.match(value):
-                others = [value[:8] + f"{(int(value[8:10]) % 28) + 1:02d}" + value[10:]]
-            elif isinstance(value, str):
-                others = [s for s in self._context_strings.get(name, []) + self._context_strings["*"]
-                          if s != value and s.strip()]
-            elif isinstance(value, (int, float)):
-                others = [value + 1 if isinstance(value, int) else round(value * 2 + 1, 2)]
-            else:
-                others = []
-            if others:
-                options.append((name, others))
-        if not options:
-            return self._schema_fault("wrong_argument", tool, arguments, p["tool"]["parameters"])
-        name, others = self.rng.choice(options)
-        wrong = self.rng.choice(others)
-        return ({"tool": tool, "arguments": {**arguments, name: wrong}},
-                {"injected_fault": "semantic_value", "fault_argument": name})
-
-    def _schema_fault(self, fault: str, tool: str, arguments: dict, schema: dict) -> tuple[dict, dict]:
-        """Break the answer so that binding fails: real failures, and no side effects."""
-        props = schema.get("properties", {})
-        required = [r for r in schema.get("required", []) if r in arguments]
-        if fault == "wrong_tool":
-            other = self.rng.choice(sorted(n for n in self.specs if n != tool) or [tool + "_v2"])
-            return {"tool": other, "arguments": arguments}, {"injected_fault": fault}
-        if fault == "missing_argument" and required:
-            arguments.pop(self.rng.choice(required))
-            return {"tool": tool, "arguments": arguments}, {"injected_fault": fault}
-        name = self.rng.choice(sorted(props)) if props else "unexpected_argument"
-        spec = props.get(name, {})
-        if "enum" in spec:
-            arguments[name] = "not-one-of-the-options"
-        elif spec.get("type") in ("integer", "number", "boolean"):
-            arguments[name] = "an unreadable value"
-        elif name in props:
-            arguments[name] = {"value": arguments.get(name)}  # an object where a scalar is due
-        else:
-            arguments[name] = 1  # a parameter the tool does not have
-        return {"tool": tool, "arguments": arguments}, {"injected_fault": "wrong_argument"}
-
-    # -- Verifier --------------------------------------------------------------------------
-    def _judge(self, entry: dict[str, Any]) -> tuple[dict[str, str], str, str]:
-        """(criteria, feedback, fault kind) for one step entry of the Verifier's input:
-        FAIL when the step deviates from its gold call, criteria and feedback from the input."""
-        state = self._current
-        step, tool, envelope = entry["step"], entry["tool"], entry["envelope"]
-        fault = state.injected.get(step)
-        criteria = dict.fromkeys(verifier.CRITERIA, "pass")
-        status = envelope["status"]
-        if fault is None and status in ("SUCCESS", "FAILURE") and (
-                status == "SUCCESS" or envelope.get("failure_type") == "RUNTIME_ERROR"):
-            # the gold call ran; a RUNTIME_ERROR of a gold call is the benchmark's own answer
-            return criteria, "", "none"
-        asked, used = entry["resolved_bindings"], envelope.get("bound_arguments", {})
-        changed = [k for k in asked if k in used and asked[k] != used[k] and not str(asked[k]).startswith("$step_")]
-        reasons = []
-        if changed:
-            k = changed[0]
-            criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
-            reasons.append(f"{k} was {_value_text(used[k])} but the request asked for {_value_text(asked[k])}")
-        if status != "SUCCESS":
-            criteria.update(execution_validity="fail", task_completion="fail")
-            kind = envelope.get("failure_type") or status
-            if kind in ("SCHEMA_RESOLUTION", "CONSTRAINT_VIOLATION"):
-                criteria["argument_consistency"] = "fail"
-            if kind == "CONSTRAINT_VIOLATION":
-                criteria["constraint_satisfaction"] = "fail"
-            # the criteria say which checks failed; the feedback says what happened
-            reasons.append(f"failed with {kind}: {clip_words(envelope.get('details', ''), DETAILS_CHARS)}")
-        advice = (f"call {tool} with {changed[0]} as asked" if changed
-                  else f"call {tool} with arguments its schema accepts")
-        feedback = clip_words(f"Step {step} ({tool}): " + "; ".join(reasons)
-                              + f". Re-plan: {advice}.", verifier.FEEDBACK_CHARS)
-        return criteria, feedback, fault or "unlabelled"
-
-    def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:
-        state = self._current
-        steps = p["steps"]
-        judged = [(entry, *self._judge(entry)) for entry in steps]
-        failing = next(((e, c, f, k) for e, c, f, k in judged if f), None)
-        passed_prefix = 0
-        for _, _, feedback, _ in judged:
-            if feedback:
-                break
-            passed_prefix += 1
-        state.consumed += passed_prefix
-        left = self.task.gold[state.turn][state.consumed:]
-        last = bool(steps) and max(e["step"] for e in steps) == len(state.plan_calls)
-        if failing is None and last and left:
-            # every planned call ran as asked, yet the turn's request needs more (a tool that
-            # was not shown, or a plan cut at max_steps): task_completion fails, and the
-            # feedback names what is left by the tools' purposes, which the re-plan searches for
-            entry = max(steps, key=lambda e: e["step"])
-            todo = "; ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS) or c.name
-                                           for c in left))
-            feedback = clip_words(f"Step {entry['step']} ({entry['tool']}) ran as asked; the request is not done. "
-                                  f"Still to do: {todo}.", verifier.FEEDBACK_CHARS)
-            criteria = {**dict.fromkeys(verifier.CRITERIA, "pass"), "task_completion": "fail"}
-            return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
-                    {"fault_kind": "incomplete"})
-        if failing is None:
-            step = steps[-1]["step"] if steps else 0
-            return ({"status": "PASS", "step": step, "criteria": dict.fromkeys(verifier.CRITERIA, "pass"),
-                     "feedback": ""}, {"fault_kind": "none"})
-        entry, criteria, feedback, kind = failing
-        return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
-                {"fault_kind": kind})
+__all__ = ["GoldTeacher", "TeacherFactory", "gold_teacher_name"]

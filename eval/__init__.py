@@ -8,6 +8,5 @@
 - :mod:`eval.heldout` — test-split role datasets from a collection run;
 - :mod:`eval.serving` — a role input's serving schema and parser (the one format-aware module);
 - :mod:`eval.formats` — older trace formats mapped onto the Appendix D names;
-- :mod:`eval.bfcl_ast` — BFCL's single-turn AST categories as an environment;
 - :mod:`eval.models` — what ``--roles base|ADAPTERS_DIR|teacher:SPEC`` serves.
 """

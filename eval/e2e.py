@@ -7,7 +7,7 @@
 
 Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's own checker
 (BFCL's multi-turn checker, BFCL's AST checker for the single-turn categories via
-:mod:`eval.bfcl_ast`, AgentDojo's utility check). Episodes run concurrently in threads, so
+:mod:`heart.environments.bfcl_ast`, AgentDojo's utility check). Episodes run concurrently in threads, so
 a remote backend serves several at once, and an in-process transformers model sits behind
 the batching scheduler (:class:`heart.runtime.scheduler.BatchingBackend`), which serves the
 episodes' pending role calls as one mixed-role batch.
@@ -38,12 +38,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from eval.bfcl_ast import AST_CATEGORIES
-from eval.formats import ROLES
-from eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
+from heart.argtypes import nonnegative_float, nonnegative_int, positive_int
+from heart.environments.bfcl_ast import AST_CATEGORIES
+from heart_distill.eval.formats import ROLES
+from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
                          with_base_side)
-from eval.roles import MAX_NEW_TOKENS
-from eval.stats import bootstrap, pass_hat_k
+from heart_distill.eval.roles import MAX_NEW_TOKENS
+from heart_distill.eval.stats import bootstrap, pass_hat_k
 from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
 from heart.runtime.scheduler import BatchingBackend
@@ -106,7 +107,7 @@ class EpisodeEvents:
 
 def load_environment(env: str, category: str | None):
     if env == "bfcl" and category in AST_CATEGORIES:
-        from eval.bfcl_ast import BFCLASTEnvironment
+        from heart.environments.bfcl_ast import BFCLASTEnvironment
 
         return BFCLASTEnvironment(category)
     from heart.environments import load_environment as load
@@ -149,7 +150,7 @@ def episode_row(task_id: str, seed: int, events: list[dict[str, Any]], record: A
 
 
 def gold_teacher(task, environment, seed: int) -> Backend:
-    from data.teachers import GoldTeacher
+    from heart.runtime.scripted import GoldTeacher
 
     return GoldTeacher(task, environment.catalog(), seed=seed)
 
@@ -302,7 +303,7 @@ def _success(rows: list[dict[str, Any]]) -> str:
 
 def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
                   argv: list[str] | None) -> dict[str, Any]:
-    from eval.provenance import provenance
+    from heart_distill.eval.provenance import provenance
 
     config, models, rows, backend = side.config, side.models, side.rows, side.backend
     rows.sort(key=lambda r: (r["seed"], task_ids.index(r["task_id"])))
@@ -329,20 +330,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
     parser.add_argument("--roles", dest="roles_spec", default="base", help="base | ADAPTERS_DIR | teacher:SPEC")
     parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--limit", type=int, help="first N tasks of the split")
+    parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0])
+    parser.add_argument("--limit", type=positive_int, help="first N tasks of the split")
     parser.add_argument("--task", action="append", default=[], help="only this task of the split (repeatable)")
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--concurrency", type=positive_int, default=4)
     parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
                         help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
                              "faster; llamacpp:f16 for f16 base weights, faster again)")
-    parser.add_argument("--budget", type=int, default=3, help="re-plan budget B (multi-turn)")
-    parser.add_argument("--max-clarifications", type=int, default=2)
-    parser.add_argument("--max-plan-steps", type=int, default=6)
-    parser.add_argument("--retrieve-k", type=int, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=None,
+    parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (multi-turn)")
+    parser.add_argument("--max-clarifications", type=nonnegative_int, default=2)
+    parser.add_argument("--max-plan-steps", type=positive_int, default=6)
+    parser.add_argument("--retrieve-k", type=positive_int, default=None)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None,
                         help="per role call (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
-    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--temperature", type=nonnegative_float, default=0.0)
     parser.add_argument("--no-constrain", action="store_true")
     parser.add_argument("--out", required=True)
     parser.add_argument("--base-out", help="also run the unadapted base on the same tasks, at the same time and on "
@@ -350,10 +351,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> E2EConfig:
-    for name in ("limit", "concurrency"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name} must be >= 1, got {value}")
+    # numeric ranges are checked by the parser (heart.argtypes)
     if len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds must be distinct, got {args.seeds}")
     return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
@@ -366,7 +364,7 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
 
 
 def main(argv: list[str], full_argv: list[str] | None = None) -> int:
-    from eval.stats import Estimate
+    from heart_distill.eval.stats import Estimate
 
     parser = argparse.ArgumentParser(prog="heart eval e2e", description="end-to-end evaluation on held-out tasks")
     add_arguments(parser)

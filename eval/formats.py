@@ -1,6 +1,6 @@
 """Role outputs in the Appendix D field names that every metric reads.
 
-The metrics (:mod:`eval.metrics`) read one shape per role — the formats of issue 7:
+The metrics (:mod:`eval.metrics`) read one shape per role — the Appendix D formats the roles serve:
 
 - Planner: ``status`` SUFFICIENT | INSUFFICIENT, ``plan`` of ``{step, tool_hint, dependencies}``;
 - Router: ``dispatch`` of ``{step, target_tool, resolved_bindings, h_params{retry, priority, timeout_s}}``
@@ -8,7 +8,7 @@ The metrics (:mod:`eval.metrics`) read one shape per role — the formats of iss
 - Primitive: ``{tool, arguments}`` or ``{status: UNRESOLVABLE, tool, reason}``;
 - Verifier: ``{status: PASS | FAIL, step, criteria: {name: pass | fail}, feedback}``.
 
-Traces and datasets written before issue 7 use older names (``tool``/``depends_on``,
+Traces and datasets in the older role formats use other names (``tool``/``depends_on``,
 ``verdict`` with boolean criteria, integer priorities and 0-based retries).
 :func:`canonical` maps those onto the names above, so the same metric code scores both;
 an output already in the new names passes through unchanged.
@@ -44,7 +44,7 @@ def canonical(role: str, output: dict[str, Any] | None) -> dict[str, Any] | None
     elif role == "router":
         for entry in out.get("dispatch") or []:
             h = entry.get("h_params")
-            # Before issue 7 priority was an int and retry counted re-tries (0-3), not attempts.
+            # The older format's priority is an int and its retry counts re-tries (0-3), not attempts.
             if isinstance(h, dict) and isinstance(h.get("priority"), int) and not isinstance(h.get("priority"), bool):
                 h["priority"] = _LEGACY_PRIORITY.get(h["priority"], "high")
                 if isinstance(h.get("retry"), int):

@@ -7,7 +7,7 @@ a collection of a held-out split and keeps only that split's examples, saved in 
 shape (``<out>/<role>``, a ``DatasetDict`` with one split named after it)::
 
     heart collect --env bfcl --split test --teacher gold --out runs/NAME-test
-    python -m eval.heldout runs/NAME-test --out runs/NAME-test/datasets --split test
+    python -m heart_distill.eval.heldout runs/NAME-test --out runs/NAME-test/datasets --split test
     heart eval roles --data runs/NAME-test/datasets --split test --roles base
 """
 
@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from data.build import features_for, read_shards
-from data.filters import ROLES, dedupe
+from heart_distill.data.build import features_for, read_shards
+from heart_distill.data.filters import ROLES, dedupe
 from heart.environments.splits import split_of
 
 
@@ -49,7 +49,7 @@ def build_heldout(run_dir: str | Path, out_dir: str | Path, split: str = "test",
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eval.heldout", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m heart_distill.eval.heldout", description=__doc__.split("\n")[0])
     parser.add_argument("run", help="a collection run folder (with traces/) of held-out tasks")
     parser.add_argument("--out", required=True, help="output folder: <out>/<role>")
     parser.add_argument("--split", default="test", choices=["dev", "test"])

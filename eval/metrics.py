@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from eval.formats import CRITERIA, PRIORITIES
-from eval.stats import Estimate, bootstrap, micro_prf, ratio
+from heart_distill.eval.formats import CRITERIA, PRIORITIES
+from heart_distill.eval.stats import Estimate, bootstrap, micro_prf, ratio
 
 HEADLINE = {"planner": "tool_sequence_em", "router": "binding_step_em",
             "primitive": "arguments_em", "verifier": "verdict_accuracy"}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.formats import ROLES
+from heart_distill.eval.formats import ROLES
 
 
 @dataclass

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from eval.formats import ROLES
-from eval.metrics import HEADLINE, RATES, paired_difference
-from eval.stats import Estimate, lifts, mean_lift, rel_lift95, rr0, worst_lift
+from heart_distill.eval.formats import ROLES
+from heart_distill.eval.metrics import HEADLINE, RATES, paired_difference
+from heart_distill.eval.stats import Estimate, lifts, mean_lift, rel_lift95, rr0, worst_lift
 
 ORDER = {"base": 0, "distilled": 1, "teacher": 2}
 
@@ -145,6 +145,10 @@ def e2e_tables(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+MIN_RUNS = 2
+"""Reliability statistics (MeanLift, WorstLift, RR0, RelLift95) need this many runs of a condition."""
+
+
 def lift_figures(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Lift_s of each distilled e2e run against the base run of its condition, paired on
     the tasks both scored; then MeanLift, WorstLift, RR0, RelLift95 over all of them."""
@@ -165,12 +169,16 @@ def lift_figures(results: list[dict[str, Any]]) -> dict[str, Any]:
         by_condition[_condition(r)].append(value)
     if not per_seed:
         return {}
+    runs_per_condition = max(len(values) for values in by_condition.values())
+    figures: dict[str, Any] = {"per_seed": per_seed, "runs_per_condition": runs_per_condition}
+    if runs_per_condition < MIN_RUNS:
+        return figures  # one run per condition: its lift is one draw, not a reliability figure
     values = [p["lift"] for p in per_seed]
     worst, where = worst_lift(by_condition)
-    return {"per_seed": per_seed, "mean_lift": mean_lift(values), "worst_lift": worst, "worst_condition": where,
+    return {**figures, "mean_lift": mean_lift(values), "worst_lift": worst, "worst_condition": where,
             "rr0": rr0(values),
-            # One configuration per seed here: no dev-split gate to choose among several, so
-            # RelLift95 is the 5th percentile of MeanLift over resampled seeds.
+            # One configuration per run here: no dev-split gate to choose among several, so
+            # RelLift95 is the 5th percentile of MeanLift over resampled runs.
             "rel_lift95": rel_lift95(np.zeros((len(values), 1)), np.array(values)[:, None])}
 
 
@@ -184,9 +192,15 @@ def lift_section(figures: dict[str, Any]) -> list[str]:
              "gated configuration's mean lift.", ""]
     rows = [[p["run"], p["condition"], f"{p['lift']:+.1f}", str(p["tasks"])] for p in figures["per_seed"]]
     lines += _table(["distilled run", "condition", "Lift_s", "n tasks"], rows) + [""]
+    if "mean_lift" not in figures:
+        lines += [f"One run per condition: no reliability statistics. MeanLift, WorstLift, RR0 and RelLift95 "
+                  f"are figures over repeated runs (seeds) of a condition and need at least {MIN_RUNS}; "
+                  f"the lifts above are single draws.", ""]
+        return lines
     lines += [f"MeanLift {figures['mean_lift']:+.1f} · WorstLift {figures['worst_lift']:+.1f} "
               f"({figures['worst_condition']}) · RR0 {100 * figures['rr0']:.0f}% · "
-              f"RelLift95 {figures['rel_lift95']:+.1f} (S={len(figures['per_seed'])} seeds)", ""]
+              f"RelLift95 {figures['rel_lift95']:+.1f} (S={len(figures['per_seed'])} runs; one configuration, "
+              f"so no selection: RelLift95 is the 5th percentile of MeanLift over resampled runs)", ""]
     return lines
 
 
@@ -280,7 +294,9 @@ def plot_lift(figures: dict[str, Any], path: Path) -> bool:
     values = [p["lift"] for p in per_seed]
     ax.bar(range(len(values)), values, color=["tab:green" if v > 0 else "tab:red" for v in values])
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.axhline(figures["mean_lift"], color="tab:blue", linestyle="--", label=f"MeanLift {figures['mean_lift']:+.1f}")
+    if "mean_lift" in figures:  # only over repeated runs (lift_figures)
+        ax.axhline(figures["mean_lift"], color="tab:blue", linestyle="--",
+                   label=f"MeanLift {figures['mean_lift']:+.1f}")
     for i, v in enumerate(values):
         ax.annotate(f"{v:+.1f}", (i, v), ha="center", va="bottom" if v >= 0 else "top", fontsize=8)
     span = max(10.0, 1.25 * max(abs(v) for v in values))  # a zero lift still gets a readable axis

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from eval.formats import ROLES, canonical
-from eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
-from eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
+from heart_distill.eval.formats import ROLES, canonical
+from heart_distill.eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
+from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
                          with_base_side)
-from eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
+from heart_distill.eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
+from heart.argtypes import nonnegative_int, positive_int
 from heart.roles.common import role_input
 from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
@@ -123,7 +124,7 @@ def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, s
     dataset = load_from_disk(str(folder))
     if split not in dataset:
         raise ValueError(f"{folder} has no {split!r} split (it has {sorted(dataset)}); held-out role inputs "
-                         f"come from `python -m eval.heldout RUN --split {split}`")
+                         f"come from `python -m heart_distill.eval.heldout RUN --split {split}`")
     rows = dataset[split]
     total = len(rows)
     if fits is not None:
@@ -243,7 +244,7 @@ def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, model
 
 def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] | None = None) -> dict[str, Any]:
     """Evaluate every role of ``config``; write and return the results."""
-    from eval.provenance import dataset_fingerprint, provenance
+    from heart_distill.eval.provenance import dataset_fingerprint, provenance
 
     models = resolve_role_models(config.roles_spec, config.model)
     if models.teacher == "gold":
@@ -317,16 +318,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapters", help="an adapters folder (same as --roles DIR)")
     parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")
     parser.add_argument("--only", default=",".join(ROLES), help="comma-separated roles to evaluate")
-    parser.add_argument("--limit", type=int, help="at most N rows per role (seeded sample)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--limit", type=positive_int, help="at most N rows per role (seeded sample)")
+    parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
                         help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
                              "faster; llamacpp:f16 for f16 base weights, faster again)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None,
                         help="per answer (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--no-constrain", action="store_true", help="decode without the serving schemas")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-prompt-tokens", type=int, default=1536,
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
+    parser.add_argument("--max-prompt-tokens", type=nonnegative_int, default=1536,
                         help="leave out (and count) rows whose prompt is longer (0: keep all; default 1536, "
                              "the CPU recipes' sft.max_length)")
     parser.add_argument("--out", required=True, help="output folder (roles.json, roles_examples.jsonl)")
@@ -341,10 +342,6 @@ def config_from_args(args: argparse.Namespace) -> RoleEvalConfig:
     unknown = [r for r in roles if r not in ROLES]
     if unknown or not roles:
         raise ValueError(f"--only {args.only!r}: roles must be some of {', '.join(ROLES)}")
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     return RoleEvalConfig(data=args.data, out=args.out, split=args.split,
                           roles_spec=args.adapters or args.roles_spec or "base", model=args.model, roles=roles,
                           limit=args.limit, batch_size=args.batch_size, engine=args.engine,
@@ -354,8 +351,8 @@ def config_from_args(args: argparse.Namespace) -> RoleEvalConfig:
 
 
 def print_summary(results: dict[str, Any]) -> None:
-    from eval.metrics import HEADLINE
-    from eval.stats import Estimate
+    from heart_distill.eval.metrics import HEADLINE
+    from heart_distill.eval.stats import Estimate
 
     for role, figures in results["figures"].items():
         head = HEADLINE[role]

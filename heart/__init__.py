@@ -5,6 +5,16 @@ trace events, the runtime backends and the environments. It never imports `train
 `eval` at module level.
 """
 
+import os
+from pathlib import Path
+
 __version__ = "0.1.0"
 
 ROLES = ("planner", "router", "primitive", "verifier")
+"""The four roles, in the order the loop calls them: every module that lists them imports this."""
+
+
+def default_cache_dir() -> Path:
+    """Where HEART caches what it builds (models, GGUF files, embeddings, indexes):
+    ``$HEART_CACHE``, by default ``~/.cache/heart``."""
+    return Path(os.environ.get("HEART_CACHE", Path.home() / ".cache" / "heart"))

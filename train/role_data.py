@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from train.config import DataConfig
+from heart_distill.train.config import DataConfig
 
 
 class RolePromptError(RuntimeError):

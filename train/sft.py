@@ -1,8 +1,8 @@
 """LoRA SFT of one HEART role on a shared frozen base; writes a servable adapter folder.
 
-    accelerate launch -m train.sft --recipe recipes/smollm2-135m/planner.yaml [section.key=value ...]
-    python -m train.sft --recipe recipes/smollm2-135m/planner.yaml sft.max_steps=5
-    python -m train.sft --recipe planner.yaml --recipe router.yaml output.dir=runs/x/adapters/{role}
+    accelerate launch -m heart_distill.train.sft --recipe recipes/smollm2-135m/planner.yaml [section.key=value ...]
+    python -m heart_distill.train.sft --recipe recipes/smollm2-135m/planner.yaml sft.max_steps=5
+    python -m heart_distill.train.sft --recipe planner.yaml --recipe router.yaml output.dir=runs/x/adapters/{role}
 
 Several ``--recipe``s train one after another in one process: on a CPU, starting Python and
 importing torch, transformers and TRL costs ~15 s per process, a tenth of a small role's
@@ -22,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from train.config import RecipeError, load_recipe, role_overrides
+from heart_distill.train.config import RecipeError, load_recipe, role_overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +55,12 @@ def train_role(recipe) -> int:
     from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
 
-    from data.loss_mask import lint_loss_mask
+    from heart_distill.data.loss_mask import lint_loss_mask
     from heart.models import model_content_hash, read_manifest, resolve_model
-    from train.adapter import (build_manifest, check_servable, linear_module_names, lora_placement,
+    from heart_distill.train.adapter import (build_manifest, check_servable, linear_module_names, lora_placement,
                                publish_adapter, read_adapter_config)
-    from train.role_data import drop_overlong, load_role_dataset
-    from train.templates import template_for
+    from heart_distill.train.role_data import drop_overlong, load_role_dataset
+    from heart_distill.train.templates import template_for
 
     checkpoints = Path(recipe.output.dir) / "checkpoints"
     if recipe.output.overwrite and (Path(recipe.output.dir) / "manifest.json").is_file() and checkpoints.is_dir():

@@ -5,7 +5,7 @@ an instruction plus a JSON input block, assistant = the role's JSON output) with
 columns; splits are disjoint by task id. Real datasets from collection replace these
 unchanged.
 
-    python -m train.synthetic runs/smollm2-demo/datasets --train 64 --validation 8
+    python -m heart_distill.train.synthetic runs/smollm2-demo/datasets --train 64 --validation 8
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-ROLES = ("planner", "router", "primitive", "verifier")
+from heart import ROLES
 
 TOOLS = [
     ("get_weather", "Current weather for a city.", {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}),
@@ -128,11 +128,13 @@ def write_synthetic_role_dataset(out_dir: str | Path, role: str, n_train: int = 
 if __name__ == "__main__":
     import argparse
 
+    from heart.argtypes import nonnegative_int, positive_int
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--roles", default=",".join(ROLES))
-    parser.add_argument("--train", type=int, default=64)
-    parser.add_argument("--validation", type=int, default=8)
+    parser.add_argument("--train", type=positive_int, default=64)
+    parser.add_argument("--validation", type=nonnegative_int, default=8)
     parser.add_argument("--compact", action="store_true", help="short system prompt, only the tools used")
     args = parser.parse_args()
     for role in args.roles.split(","):

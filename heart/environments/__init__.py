@@ -1,4 +1,6 @@
-"""Environments whose tools really execute: BFCL v4 multi-turn and AgentDojo.
+"""Environments whose tools really execute: BFCL v4 multi-turn and AgentDojo; and BFCL's
+single-turn AST categories (:mod:`heart.environments.bfcl_ast`), whose calls are recorded and
+compared by bfcl's AST checker rather than executed.
 
 Use :func:`load_environment` to get one by name; each module is imported lazily so that a
 user of one benchmark does not pay for importing the other.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from heart.toolface import default_cache_dir
+from heart import default_cache_dir
 
 # bfcl_eval's eval_config creates result/ and score/ under BFCL_PROJECT_ROOT (by default
 # next to the installed package) as soon as it is imported: point it at a scratch folder
@@ -88,11 +88,13 @@ depth mismatch``; a BFCL train collection at concurrency 8 lost an episode to it
 _ENUM_IN_DESCRIPTION = re.compile(r"\[Enum\]:\s*(\[.*?\])")
 
 
-def _data_dir() -> Path:
+def data_dir() -> Path:
+    """The installed ``bfcl_eval`` package's data folder (BFCL_v4_<category>.json, possible_answer/, ...)."""
     return Path(importlib.util.find_spec("bfcl_eval").submodule_search_locations[0]) / "data"
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a BFCL data file, one per non-empty line."""
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -157,18 +159,18 @@ class BFCLEnvironment:
     # -- data ----------------------------------------------------------------------------
     @cached_property
     def _entries(self) -> dict[str, dict[str, Any]]:
-        data = _data_dir()
-        entries = {e["id"]: e for e in _read_jsonl(data / f"BFCL_v4_{self.category}.json")}
-        for answer in _read_jsonl(data / "possible_answer" / f"BFCL_v4_{self.category}.json"):
+        data = data_dir()
+        entries = {e["id"]: e for e in read_jsonl(data / f"BFCL_v4_{self.category}.json")}
+        for answer in read_jsonl(data / "possible_answer" / f"BFCL_v4_{self.category}.json"):
             entries[answer["id"]]["ground_truth"] = answer["ground_truth"]
         return entries
 
     @cached_property
     def _docs(self) -> dict[str, list[dict[str, Any]]]:
         """Function docs per class, in BFCL's order."""
-        folder = _data_dir() / "multi_turn_func_doc"
+        folder = data_dir() / "multi_turn_func_doc"
         return {
-            cls: _read_jsonl(folder / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls])
+            cls: read_jsonl(folder / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls])
             for cls in MULTI_TURN_CLASSES
         }
 

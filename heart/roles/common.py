@@ -32,7 +32,7 @@ def render_input(instruction: str, payload: dict[str, Any]) -> str:
 
 
 _FENCED = "INPUT:\n```json\n"
-"""How inputs were rendered before (session 3): still read, so older traces build."""
+"""The older fenced rendering of role inputs: still read, so traces written with it still build."""
 
 
 def read_input(user_message: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ never schemas. Its input also says what the serving schema needs (``may_ask``,
 ``max_steps``, shown only when not the defaults true and 10), so :func:`schema_for_input`
 rebuilds that schema from the input alone.
 
-Departures from D.1's format, for size (issue 8: every input token is paid on every
+Departures from D.1's format, for size (every input token is paid on every
 training example and every call): the conversation is the last turn only, its query and
 response clipped; a tool's description is its first words (≤ :data:`DESCRIPTION_CHARS`),
 empty when it only restates the name; executed steps are step, tool and status (a SUCCESS

@@ -8,6 +8,16 @@ serves concurrent episodes' calls as batches; ``hf`` (transformers + peft), ``vl
 
 from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
 from heart.runtime.scheduler import BatchingBackend
-from heart.runtime.scripted import ScriptedBackend
+
+
+def __getattr__(name: str):
+    # heart.runtime.scripted imports the roles and ToolFace (for the gold teacher): ~0.3 s that a
+    # command importing only heart.runtime.engines (the CLI's parser) should not pay.
+    if name == "ScriptedBackend":
+        from heart.runtime.scripted import ScriptedBackend
+
+        return ScriptedBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["BatchingBackend", "Backend", "Generation", "GenerationRequest", "SamplingConfig", "ScriptedBackend"]

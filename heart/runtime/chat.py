@@ -9,8 +9,15 @@ against this tokenizer.
 
 from __future__ import annotations
 
+import time
+from typing import Any, Callable, Sequence
+
 from heart.roles.common import ANSWER_SEPARATORS
-from heart.runtime.base import Message
+from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
+
+BASE_ADAPTER = "__base__"
+"""The adapter of a role that has none: the bare base answers it (peft's name for "no
+adapter" in ``adapter_names``; llama.cpp's context without a LoRA). No role may use it."""
 
 
 class ChatFormat:
@@ -114,11 +121,16 @@ class ChatFormat:
 class AdapterEngine:
     """What every in-process engine (one base, one adapter per role) answers the same way.
 
-    The engine sets ``_model_id`` (the base as the caller named it), ``model_path`` (its
-    local folder), ``adapters`` (role → folder), ``chat`` (:class:`ChatFormat`) and
-    implements ``generate_batch``.
+    The engine sets ``name``, ``_model_id`` (the base as the caller named it),
+    ``model_path`` (its local folder), ``adapters`` (role → folder) and ``chat``
+    (:class:`ChatFormat`), and implements ``generate_batch``. Engines that decode
+    continuously (rows join and leave the batch every step) also implement ``_row`` (a
+    request as the engine's row: ``prompt_ids``, ``adapter``, ``tokens``, ``meta``,
+    ``owner``) and ``_decode_rows``; :meth:`decode_stream` and :meth:`_decode_all` are then
+    shared.
     """
 
+    name: str
     _model_id: str
     model_path: str
     adapters: dict[str, str]
@@ -144,6 +156,77 @@ class AdapterEngine:
         return self.chat.render(messages)
 
     def generate(self, role: str, messages: list[Message], sampling=None):
-        from heart.runtime.base import GenerationRequest, SamplingConfig
-
         return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        raise NotImplementedError
+
+    # -- continuous decoding -------------------------------------------------------------
+
+    def _adapter(self, role: str) -> str:
+        """The adapter that answers ``role``: its own, else :data:`BASE_ADAPTER`."""
+        return role if role in self.adapters else BASE_ADAPTER
+
+    def _prompt(self, request: GenerationRequest) -> tuple[list[int], object | None, dict, str]:
+        """(prompt ids, grammar matcher or None, meta, adapter) of a request: what every
+        engine's row starts from."""
+        ids = self.chat.encode(request.messages)
+        matcher, meta = self.chat.matcher(request.sampling.guided_json)
+        return ids, matcher, meta, self._adapter(request.role)
+
+    def _row(self, request: GenerationRequest, owner: object = None) -> Any:
+        """A request as the engine's row (``owner``: the caller's handle)."""
+        raise NotImplementedError
+
+    def _decode_rows(self, rows: list, poll: Callable[[], list] | None = None,
+                     on_finish: Callable[[Any], None] | None = None) -> None:
+        """Decode ``rows`` (and those ``poll`` returns before each step) to a stop token or
+        their budget, telling ``on_finish`` about each row as soon as it leaves."""
+        raise NotImplementedError
+
+    def _stream_batch_size(self) -> int:
+        """The ``batch_size`` a streamed answer's meta reports (1: not reported)."""
+        return 1
+
+    def _decode_all(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Every request decoded continuously; ``latency_s`` is until the request's row left."""
+        start = time.perf_counter()
+        rows = [self._row(request) for request in requests]
+        left_at: dict[int, float] = {}  # a row's latency is until *it* left the batch
+        self._decode_rows(rows, on_finish=lambda row: left_at.setdefault(id(row), time.perf_counter()))
+        return [self._generation(row, left_at[id(row)] - start, len(rows)) for row in rows]
+
+    def decode_stream(self, take, done) -> None:
+        """Serve requests as they arrive, until none is waiting or decoding.
+
+        ``take()`` returns newly arrived ``(request, handle)`` pairs (it must not block);
+        ``done(handle, generation)`` is called as soon as a request's answer is complete, so
+        its caller can send its next request while the others still decode
+        (:class:`~heart.runtime.scheduler.BatchingBackend` drives this).
+        """
+        arrived: dict[int, float] = {}
+
+        def poll() -> list:
+            rows = []
+            for request, handle in take():
+                arrived[id(handle)] = time.perf_counter()
+                rows.append(self._row(request, owner=handle))
+            return rows
+
+        def finish(row) -> None:
+            latency = time.perf_counter() - arrived.pop(id(row.owner))
+            done(row.owner, self._generation(row, latency, self._stream_batch_size()))
+
+        self._decode_rows([], poll=poll, on_finish=finish)
+
+    def _generation(self, row, latency: float, batch_size: int) -> Generation:
+        """A decoded row as the Generation the caller gets."""
+        return Generation(
+            text=self.chat.decode(row.tokens),
+            backend=self.name,
+            adapter=None if row.adapter == BASE_ADAPTER else row.adapter,
+            prompt_tokens=len(row.prompt_ids),
+            completion_tokens=len(row.tokens),
+            latency_s=latency,
+            meta={**row.meta, "batch_size": batch_size} if batch_size > 1 else row.meta,
+        )

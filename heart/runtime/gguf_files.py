@@ -23,11 +23,12 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
-from heart.models import _sha256_file, smollm2_gguf_path
-from heart.toolface import default_cache_dir
+from heart import default_cache_dir
+from heart.atomic import publishing
+from heart.models import sha256_file, smollm2_gguf_path
 
 BASE_WEIGHTS = {"f32": 0, "f16": 1, "q8_0": 7, "shipped": None}
 """Precision of the base's weights → llama.cpp's ``llama_ftype`` (None: the source file as is)."""
@@ -58,7 +59,7 @@ def base_gguf(model: str, weights: str = "f32") -> Path:
     source = source_gguf(model)
     if BASE_WEIGHTS[weights] is None:
         return source
-    final = gguf_dir() / f"{source.stem}-{_sha256_file(source)[:12]}-{weights}.gguf"
+    final = gguf_dir() / f"{source.stem}-{sha256_file(source)[:12]}-{weights}.gguf"
     if not final.is_file():
         import llama_cpp
 
@@ -66,11 +67,9 @@ def base_gguf(model: str, weights: str = "f32") -> Path:
         params.ftype = BASE_WEIGHTS[weights]
         params.allow_requantize = True  # the source is already quantised (Q4_1)
         params.nthread = len(os.sched_getaffinity(0))
-        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-        if llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
-            tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"llama_model_quantize failed writing {weights} weights of {source}")
-        tmp.rename(final)
+        with publishing(final) as tmp:
+            if llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
+                raise RuntimeError(f"llama_model_quantize failed writing {weights} weights of {source}")
     return final
 
 
@@ -87,7 +86,7 @@ def adapter_hash(adapter: str | Path) -> str:
     folder = Path(adapter)
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
-        digest.update(name.encode() + b"\0" + _sha256_file(folder / name).encode())
+        digest.update(name.encode() + b"\0" + sha256_file(folder / name).encode())
     return digest.hexdigest()
 
 
@@ -103,18 +102,19 @@ def lora_ggufs(adapters: dict[str, str], base_folder: str | Path) -> dict[str, P
         tools = converter_dir()
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         env.pop("NO_LOCAL_GGUF", None)  # the converter must use its own gguf-py, not the installed one
-        jobs = []
-        for role, out in missing.items():
-            tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".lora-")) / out.name
-            command = [sys.executable, str(tools / "convert_lora_to_gguf.py"), "--base", str(base_folder),
-                       "--outtype", "f32", "--outfile", str(tmp), str(adapters[role])]
-            jobs.append((role, out, tmp, subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                                          stderr=subprocess.PIPE, text=True)))
-        for role, out, tmp, process in jobs:
-            _, err = process.communicate()
-            if process.returncode != 0 or not tmp.is_file():
-                tail = " | ".join(err.strip().splitlines()[-3:])
-                raise RuntimeError(f"converting the {role} adapter {adapters[role]} to GGUF failed: {tail}")
-            tmp.rename(out)
-            tmp.parent.rmdir()
+        # Each converter writes under the file's own name in a temp folder beside it; the
+        # files are renamed into place once every conversion succeeded.
+        with ExitStack() as published:
+            jobs = []
+            for role, out in missing.items():
+                tmp = published.enter_context(publishing(out, keep_name=True))
+                command = [sys.executable, str(tools / "convert_lora_to_gguf.py"), "--base", str(base_folder),
+                           "--outtype", "f32", "--outfile", str(tmp), str(adapters[role])]
+                jobs.append((role, tmp, subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                                         stderr=subprocess.PIPE, text=True)))
+            for role, tmp, process in jobs:
+                _, err = process.communicate()
+                if process.returncode != 0 or not tmp.is_file():
+                    tail = " | ".join(err.strip().splitlines()[-3:])
+                    raise RuntimeError(f"converting the {role} adapter {adapters[role]} to GGUF failed: {tail}")
     return wanted

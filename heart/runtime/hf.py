@@ -33,10 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from heart.models import DEFAULT_MODEL, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
-from heart.runtime.chat import AdapterEngine, ChatFormat
-
-BASE_ADAPTER = "__base__"
-"""peft's name for "no adapter" in ``generate(..., adapter_names=[...])``."""
+from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat
 
 KV_CACHES = ("auto", "static", "dynamic")
 """KV cache of ``generate``. "static" preallocates prompt + max_new_tokens per batch: the
@@ -181,7 +178,7 @@ class TransformersBackend(AdapterEngine):
         results: list[Generation | None] = [None] * len(requests)
         greedy = [i for i, r in enumerate(requests) if r.sampling.temperature == 0]
         if self.decoding == "continuous" and greedy:
-            for i, generation in zip(greedy, self._decode_continuously([requests[i] for i in greedy])):
+            for i, generation in zip(greedy, self._decode_all([requests[i] for i in greedy])):
                 results[i] = generation
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, request in enumerate(requests):
@@ -196,38 +193,15 @@ class TransformersBackend(AdapterEngine):
                     results[i] = generation
         return results  # type: ignore[return-value]
 
-    def _decode_continuously(self, requests: list[GenerationRequest]) -> list[Generation]:
-        """Greedy requests through :class:`~heart.runtime.continuous.ContinuousDecoder`."""
-        start = time.perf_counter()
-        rows = [self._row(request) for request in requests]
-        left_at: dict[int, float] = {}  # a row's latency is until *it* left the batch
+    def _decode_rows(self, rows, poll=None, on_finish=None) -> None:
+        """Greedy rows through :class:`~heart.runtime.continuous.ContinuousDecoder` (the
+        shared :meth:`~heart.runtime.chat.AdapterEngine.decode_stream` and ``_decode_all``
+        drive it)."""
         with torch.inference_mode():
-            self._decoder().run(rows, on_finish=lambda row: left_at.setdefault(id(row), time.perf_counter()))
-        return [self._generation(row, left_at[id(row)] - start, len(requests)) for row in rows]
+            self._decoder().run(rows, poll=poll, on_finish=on_finish)
 
-    def decode_stream(self, take, done) -> None:
-        """Serve greedy requests as they arrive, until none is waiting or decoding.
-
-        ``take()`` returns newly arrived ``(request, handle)`` pairs (it must not block);
-        ``done(handle, generation)`` is called as soon as a request's answer is complete, so
-        its caller can send its next request while the others still decode
-        (:class:`~heart.runtime.scheduler.BatchingBackend` drives this).
-        """
-        arrived: dict[int, float] = {}
-
-        def poll():
-            rows = []
-            for request, handle in take():
-                arrived[id(handle)] = time.perf_counter()
-                rows.append(self._row(request, owner=handle))
-            return rows
-
-        def finish(row) -> None:
-            latency = time.perf_counter() - arrived.pop(id(row.owner))
-            done(row.owner, self._generation(row, latency, self.last_decode_stats.max_running))
-
-        with torch.inference_mode():
-            self._decoder().run([], poll=poll, on_finish=finish)
+    def _stream_batch_size(self) -> int:
+        return self.last_decode_stats.max_running
 
     def _decoder(self):
         from heart.runtime.continuous import ContinuousDecoder
@@ -245,22 +219,9 @@ class TransformersBackend(AdapterEngine):
         if request.sampling.temperature != 0:
             raise ValueError(f"continuous decoding is greedy; a {request.role} request asks for "
                              f"temperature {request.sampling.temperature}")
-        ids = self.chat.encode(request.messages)
-        matcher, meta = self.chat.matcher(request.sampling.guided_json)
-        adapter = request.role if request.role in self.adapters else BASE_ADAPTER
+        ids, matcher, meta, adapter = self._prompt(request)
         return Row(ids, adapter, request.sampling.max_new_tokens, matcher, owner=owner,
                    prefix_len=self.chat.system_prefix_len(request.messages, ids), meta=meta)
-
-    def _generation(self, row, latency: float, batch_size: int) -> Generation:
-        return Generation(
-            text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
-            backend=self.name,
-            adapter=None if row.adapter == BASE_ADAPTER else row.adapter,
-            prompt_tokens=len(row.prompt_ids),
-            completion_tokens=len(row.tokens),
-            latency_s=latency,
-            meta={**row.meta, "batch_size": batch_size} if batch_size > 1 else row.meta,
-        )
 
     def _forward_last(self, input_ids, attention_mask, position_ids, cache, adapter_names: list[str]) -> torch.Tensor:
         """Logits of each row's last position, each row through its own adapter."""
@@ -300,7 +261,7 @@ class TransformersBackend(AdapterEngine):
         inputs = self.tokenizer(
             prompts, return_tensors="pt", padding=True, add_special_tokens=False
         ).to(self.device)
-        adapter_names = [r.role if r.role in self.adapters else BASE_ADAPTER for r in requests]
+        adapter_names = [self._adapter(r.role) for r in requests]
         kwargs, context = self._adapter_routing(adapter_names)
 
         config = self._generation_config(sampling)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -60,12 +59,10 @@ import numpy as np
 from heart.models import DEFAULT_MODEL, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
-from heart.runtime.chat import AdapterEngine, ChatFormat
+from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat
 from heart.runtime.continuous import DecodeStats
 from heart.runtime.lookup import PromptLookup
 
-BASE = "__base__"
-"""The context without an adapter (roles that have none, and ``base``)."""
 BATCH_TOKENS = 512
 """Tokens per ``llama_decode`` call while prefilling (llama.cpp's n_batch = n_ubatch)."""
 DRAFT_TOKENS = 4
@@ -223,7 +220,7 @@ class LlamaCppBackend(AdapterEngine):
         self.adapters = {role: str(path) for role, path in (adapters or {}).items()}
         self._model_id = model
         self.model_path = resolve_model(model)
-        validate_role_adapters(model, self.model_path, self.adapters, max_adapter_rank, reserved=BASE)
+        validate_role_adapters(model, self.model_path, self.adapters, max_adapter_rank, reserved=BASE_ADAPTER)
         self.weights = weights
         self.name = f"llamacpp:{model}+{weights}"
         self.max_batch_size = max_batch_size
@@ -259,36 +256,15 @@ class LlamaCppBackend(AdapterEngine):
         self.stats = DecodeStats()  # since the backend was made; a step is one context's decode call
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        """Every request decoded continuously; ``latency_s`` is until the request's row left."""
-        start = time.perf_counter()
-        rows = [self._row(request) for request in requests]
-        left_at: dict[int, float] = {}
-        self._run(rows, on_finish=lambda row: left_at.setdefault(id(row), time.perf_counter()))
-        return [self._generation(row, left_at[id(row)] - start, len(rows)) for row in rows]
-
-    def decode_stream(self, take, done) -> None:
-        """Serve requests as they arrive, until none is waiting or decoding (the scheduler's
-        continuous path; see :meth:`heart.runtime.hf.TransformersBackend.decode_stream`)."""
-        arrived: dict[int, float] = {}
-
-        def poll() -> list[LlamaRow]:
-            rows = []
-            for request, handle in take():
-                arrived[id(handle)] = time.perf_counter()
-                rows.append(self._row(request, owner=handle))
-            return rows
-
-        def finish(row: LlamaRow) -> None:
-            done(row.owner, self._generation(row, time.perf_counter() - arrived.pop(id(row.owner)), 1))
-
-        self._run([], poll=poll, on_finish=finish)
+        """Every request decoded continuously; ``latency_s`` is until the request's row left
+        (the scheduler's continuous path is the shared
+        :meth:`~heart.runtime.chat.AdapterEngine.decode_stream`)."""
+        return self._decode_all(requests)
 
     # -- rows ----------------------------------------------------------------------------
 
     def _row(self, request: GenerationRequest, owner: object = None) -> LlamaRow:
-        ids = self.chat.encode(request.messages)
-        matcher, meta = self.chat.matcher(request.sampling.guided_json)
-        adapter = request.role if request.role in self.adapters else BASE
+        ids, matcher, meta, adapter = self._prompt(request)
         row = LlamaRow(ids, adapter, request.sampling, matcher, owner, meta)
         if request.sampling.temperature > 0:
             row.rng = np.random.default_rng(request.sampling.seed)
@@ -298,12 +274,6 @@ class LlamaCppBackend(AdapterEngine):
             row.error = f"prompt of {len(ids)} tokens does not fit a slot of {self.slot_tokens} tokens"
             row.meta["error"] = row.error
         return row
-
-    def _generation(self, row: LlamaRow, latency: float, batch_size: int) -> Generation:
-        return Generation(text=self.chat.decode(row.tokens), backend=self.name,
-                          adapter=None if row.adapter == BASE else row.adapter,
-                          prompt_tokens=len(row.prompt_ids), completion_tokens=len(row.tokens), latency_s=latency,
-                          meta={**row.meta, "batch_size": batch_size} if batch_size > 1 else row.meta)
 
     def _budget(self, row: LlamaRow) -> int:
         """Answer tokens the row may produce: its own limit, within its slot."""
@@ -324,8 +294,8 @@ class LlamaCppBackend(AdapterEngine):
 
     # -- the loop ------------------------------------------------------------------------
 
-    def _run(self, rows: list[LlamaRow], poll: Callable[[], list[LlamaRow]] | None = None,
-             on_finish: Callable[[LlamaRow], None] | None = None) -> None:
+    def _decode_rows(self, rows: list[LlamaRow], poll: Callable[[], list[LlamaRow]] | None = None,
+                     on_finish: Callable[[LlamaRow], None] | None = None) -> None:
         """Decode every row to a stop token or its budget, admitting new ones before each step."""
         waiting = list(rows)
         running: list[LlamaRow] = []

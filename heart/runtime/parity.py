@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from heart import ROLES
+from heart.argtypes import positive_int
 from heart.runtime.base import GenerationRequest, SamplingConfig
 
 QUESTIONS = (
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapters", required=True, help="folder with one adapter folder per role")
     parser.add_argument("--model", default="smollm2-135m", help="the base the adapters were trained on")
     parser.add_argument("--engines", default="vllm,int8", help="comma-separated: vllm, llamacpp, int8")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=16)
     parser.add_argument("--vllm-log", help="append the vLLM worker's log here")
     parser.add_argument("--out", help="also write the JSON report here")
     args = parser.parse_args(argv)

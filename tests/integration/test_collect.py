@@ -16,7 +16,7 @@ from pathlib import Path
 
 from heart.traces import read_trace
 
-HEART = [sys.executable, "-m", "heart.cli"]
+HEART = [sys.executable, "-m", "heart_distill.cli"]
 # BFCL's own error texts print Python sets ("must be one of {'first', 'economy', ...}"), whose
 # order follows the interpreter's hash seed: fix it so two runs see byte-identical results.
 REPRODUCIBLE = {**os.environ, "PYTHONHASHSEED": "0"}

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-HEART = [sys.executable, "-m", "heart.cli"]
-ROLES = ("planner", "router", "primitive", "verifier")
+from heart import ROLES
+
+HEART = [sys.executable, "-m", "heart_distill.cli"]
 
 
 def snapshot(out: Path) -> dict[str, bytes]:

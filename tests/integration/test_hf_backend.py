@@ -72,7 +72,7 @@ def texts(generations):
 def test_smollm2_folder_loads_with_its_recorded_hash(smollm2_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from heart.models import _sha256_file, smollm2_gguf_path
+    from heart.models import sha256_file, smollm2_gguf_path
 
     manifest = json.loads((smollm2_path / MANIFEST_NAME).read_text())
     model = AutoModelForCausalLM.from_pretrained(smollm2_path)
@@ -82,7 +82,7 @@ def test_smollm2_folder_loads_with_its_recorded_hash(smollm2_path):
     assert manifest["dtype"] == "float32"
     assert manifest["content_hash"] == weights_hash(smollm2_path)
     assert manifest["source"]["file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert manifest["source"]["sha256"] == _sha256_file(smollm2_gguf_path())
+    assert manifest["source"]["sha256"] == sha256_file(smollm2_gguf_path())
     # Without remove_quantization_config the folder would carry it, and training refuses.
     assert "quantization_config" not in json.loads((smollm2_path / "config.json").read_text())
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path)

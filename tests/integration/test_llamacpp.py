@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from heart import ROLES
 from heart.runtime.base import GenerationRequest, SamplingConfig
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by scripts/setup.sh")
 
-ROLES = ["planner", "router", "primitive", "verifier"]
 SYSTEM = "You are the Planner of a tool-using agent. Answer with one JSON object and nothing else. " * 3
 VERDICT = json.dumps({"type": "object", "properties": {"status": {"enum": ["PASS", "FAIL"]}, "step": {"enum": [1, 2]}},
                       "required": ["status", "step"], "additionalProperties": False})

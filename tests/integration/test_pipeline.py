@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from heart import ROLES
 from heart.roles import ROLE_MODULES
 from heart.traces import read_trace
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-ROLES = ("planner", "router", "primitive", "verifier")
 
 
 def heart(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "heart.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "heart_distill.cli", *args], capture_output=True, text=True,
                           timeout=1500, cwd=cwd)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from heart import ROLES
 from heart.runtime.base import GenerationRequest, SamplingConfig
 
-ROLES = ["planner", "router", "primitive", "verifier"]
 VERDICT = json.dumps({"type": "object", "properties": {"status": {"enum": ["PASS", "FAIL"]}, "step": {"enum": [1, 2]}},
                       "required": ["status", "step"], "additionalProperties": False})
 CALL = json.dumps({"type": "object", "properties": {"tool": {"const": "ls"}}, "required": ["tool"],
@@ -116,7 +116,7 @@ def test_parity_peft_vs_vllm_for_all_four_roles(smollm2_path, tmp_path):
 def test_the_unadapted_view_shares_the_model_and_answers_as_the_bare_base(tiny_adapters):
     """eval e2e --base-out: the base side's calls batch with the distilled side's on one model,
     and each is answered as if the other side did not exist."""
-    from eval.models import UnadaptedView
+    from heart_distill.eval.models import UnadaptedView
     from heart.runtime.hf import TransformersBackend
     from heart.runtime.scheduler import BatchingBackend
 

@@ -19,7 +19,7 @@ FAST = ["--budget", "0", "--max-clarifications", "0", "--max-plan-steps", "3"]
 
 
 def heart_run(env, task, trace, *extra):
-    return subprocess.run([sys.executable, "-m", "heart.cli", "run", "--env", env, "--task", task,
+    return subprocess.run([sys.executable, "-m", "heart_distill.cli", "run", "--env", env, "--task", task,
                            "--trace", str(trace), *FAST, *extra], capture_output=True, text=True, timeout=900)
 
 
@@ -50,6 +50,6 @@ def test_smollm2_runs_every_role_on_real_tools(env, task, turns, tmp_path, smoll
 
 
 def test_unknown_task_is_a_clear_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "heart.cli", "run", "--env", "bfcl", "--task", "no_such_task",
+    done = subprocess.run([sys.executable, "-m", "heart_distill.cli", "run", "--env", "bfcl", "--task", "no_such_task",
                            "--model", "gold"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "no_such_task" in done.stderr

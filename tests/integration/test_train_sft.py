@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from train.sft import main as sft_main
-from train.synthetic import write_synthetic_role_dataset
+from heart_distill.train.sft import main as sft_main
+from heart_distill.train.synthetic import write_synthetic_role_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def test_sft_through_accelerate_launch(tmp_path, planner_data, smollm2_path):
     out = tmp_path / "planner"
     result = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/cpu.yaml",
-         "-m", "train.sft", "--recipe", "recipes/smollm2-135m/planner.yaml",
+         "-m", "heart_distill.train.sft", "--recipe", "recipes/smollm2-135m/planner.yaml",
          *overrides(planner_data, out, "sft.max_steps=2", "sft.save_steps=100")],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -86,7 +86,7 @@ def test_sft_through_accelerate_launch(tmp_path, planner_data, smollm2_path):
 
 def test_resume_after_kill(tmp_path, planner_data, smollm2_path):
     out = tmp_path / "planner"
-    command = [sys.executable, "-m", "train.sft", "--recipe", "recipes/smollm2-135m/planner.yaml",
+    command = [sys.executable, "-m", "heart_distill.train.sft", "--recipe", "recipes/smollm2-135m/planner.yaml",
                *overrides(planner_data, out, "sft.max_steps=4", "sft.save_steps=2")]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from data.collect import MANIFEST, _write_manifest, add_arguments, collect
+from heart_distill.data.collect import MANIFEST, _write_manifest, add_arguments, collect
 from heart.traces import TRACE_FORMAT_VERSION, TraceReadStats, TraceWriter, read_trace
 from test_dataset_build import write_run
 from test_traces import event
@@ -138,7 +138,7 @@ def test_concurrent_manifest_updates_lose_nothing(tmp_path, monkeypatch):
     out = tmp_path / "run"
     out.mkdir()
     # Widen the read-modify-write window the way a slow disk does, so that the race shows.
-    import data.collect as collect_module
+    import heart_distill.data.collect as collect_module
 
     real_dumps = collect_module.json.dumps
 
@@ -169,7 +169,7 @@ def test_concurrent_manifest_updates_lose_nothing(tmp_path, monkeypatch):
 # -- dataset build -------------------------------------------------------------------------
 
 def _build(run, out, **options):
-    from data.build import BuildOptions, build_role_datasets
+    from heart_distill.data.build import BuildOptions, build_role_datasets
 
     return build_role_datasets(run, out, BuildOptions(verifier_balance=None, token_counter="whitespace",
                                                       **options))
@@ -186,7 +186,7 @@ def test_a_crash_during_overwrite_leaves_the_previous_build_whole(tmp_path, monk
     _build(run, out)
     before = _snapshot(out)
 
-    import data.card as card_module  # build.py imports write_card from it at call time
+    import heart_distill.data.card as card_module  # build.py imports write_card from it at call time
 
     calls = {"n": 0}
     original = card_module.write_card

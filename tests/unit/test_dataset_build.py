@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from data.build import BuildOptions, build_role_datasets, main, validation_tasks_by_fraction
-from data.filters import balance_verdicts
+from heart_distill.data.build import BuildOptions, build_role_datasets, main, validation_tasks_by_fraction
+from heart_distill.data.filters import balance_verdicts
 from heart.environments.splits import split_of
 from heart.roles import planner, primitive, router, verifier
 from heart.roles.common import read_input, render_input
@@ -315,7 +315,7 @@ def test_options_are_validated():
 def test_default_token_counter_uses_the_smollm2_tokenizer():
     from heart.models import models_dir, read_manifest
 
-    from data.card import load_token_counter
+    from heart_distill.data.card import load_token_counter
 
     if read_manifest(models_dir() / "smollm2-135m") is None:
         pytest.skip("SmolLM2 folder not prepared (python -m heart.models smollm2-135m)")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from heart.cli import main
+import pytest
+
+from heart_distill.cli import main
 
 
 def test_heart_cli_does_not_import_eval_at_module_level():
-    code = "import sys, heart.cli; print(any(m == 'eval' or m.startswith('eval.') for m in sys.modules))"
+    code = ("import sys, heart_distill.cli; "
+            "print(any(m == 'heart_distill.eval' or m.startswith('heart_distill.eval.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -22,8 +25,10 @@ def test_eval_roles_names_a_missing_dataset(tmp_path, capsys):
 def test_eval_roles_rejects_unknown_roles_and_bad_limits(tmp_path, capsys):
     assert main(["eval", "roles", "--data", str(tmp_path), "--only", "planner,critic", "--out", str(tmp_path)]) == 2
     assert "critic" in capsys.readouterr().err
-    assert main(["eval", "roles", "--data", str(tmp_path), "--limit", "0", "--out", str(tmp_path)]) == 2
-    assert "--limit" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse refuses it (heart.argtypes.positive_int)
+        main(["eval", "roles", "--data", str(tmp_path), "--limit", "0", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert "argument --limit: must be > 0, got 0" in capsys.readouterr().err
 
 
 def test_eval_e2e_rejects_a_bad_roles_spec(tmp_path, capsys):

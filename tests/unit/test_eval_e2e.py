@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from eval import e2e
-from eval.e2e import E2EConfig, gold_teacher, run
+from heart_distill.eval import e2e
+from heart_distill.eval.e2e import E2EConfig, gold_teacher, run
 from heart.runtime.scripted import ScriptedBackend
 
 
@@ -92,7 +92,7 @@ def test_backend_exceptions_make_episodes_errored_not_failed(tmp_path):
 
 
 def test_a_crashing_checker_is_errored_and_the_others_still_count(tmp_path, monkeypatch):
-    from eval import bfcl_ast
+    from heart.environments import bfcl_ast
 
     original = bfcl_ast.BFCLASTSession.score
 
@@ -137,7 +137,7 @@ def test_sides_run_together_write_their_own_results_on_the_same_tasks(tmp_path):
 
 
 def test_each_role_call_gets_its_roles_decoding_budget(tmp_path):
-    from eval.roles import MAX_NEW_TOKENS
+    from heart_distill.eval.roles import MAX_NEW_TOKENS
 
     seen = {}
 
@@ -169,7 +169,7 @@ def test_the_unadapted_view_asks_for_the_base():
 
     from heart.runtime.base import GenerationRequest
 
-    from eval.models import UnadaptedView
+    from heart_distill.eval.models import UnadaptedView
 
     view = UnadaptedView(Recorder())
     view.generate("planner", [])

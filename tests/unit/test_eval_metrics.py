@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.formats import canonical
-from eval.metrics import (
+from heart_distill.eval.formats import canonical
+from heart_distill.eval.metrics import (
     binding_value,
     planner_scores,
     primitive_scores,
@@ -185,7 +185,7 @@ def test_canonical_maps_pre_issue_7_outputs_onto_appendix_d_names():
 
 
 def test_paired_difference_pairs_examples_by_key():
-    from eval.metrics import paired_difference
+    from heart_distill.eval.metrics import paired_difference
 
     def row(i, em):
         return {"episode_id": "e", "turn": 0, "attempt": 0, "step": i, "arguments_em": em, "errored": False}

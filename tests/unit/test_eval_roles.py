@@ -8,12 +8,12 @@ import json
 import pytest
 from datasets import load_from_disk
 
-from data.build import BuildOptions, build_role_datasets
-from data.collect import main as collect
-from eval.formats import ROLES
-from eval.heldout import build_heldout
-from eval.report import write_report
-from eval.roles import RoleEvalConfig, run
+from heart_distill.data.build import BuildOptions, build_role_datasets
+from heart_distill.data.collect import main as collect
+from heart_distill.eval.formats import ROLES
+from heart_distill.eval.heldout import build_heldout
+from heart_distill.eval.report import write_report
+from heart_distill.eval.roles import RoleEvalConfig, run
 from heart.environments.splits import split_of
 from heart.runtime.scripted import ScriptedBackend
 from heart.traces import read_trace
@@ -138,16 +138,37 @@ def test_report_renders_tables_plots_and_provenance(heldout, tmp_path):
     assert "### Planner" in text and "| metric | base | teacher |" in text
     assert "**tool_sequence_em** | 0.0 [0.0, 0.0]" in text and "100.0 [100.0, 100.0]" in text
     assert "### bfcl/simple/test" in text and "Lift_s" in text and "+50.0" in text
+    # one run of the condition: its lift is printed, reliability statistics are not
+    assert "no reliability statistics" in text and "MeanLift +" not in text and "RR0 1" not in text
     assert "heart eval roles --roles base" in text and "fingerprint" in text
     assert "Δ tool_sequence_em vs base (paired, points)" in text
     assert (tmp_path / "report" / "roles.png").stat().st_size > 0
     assert (tmp_path / "report" / "lift.png").stat().st_size > 0
 
 
+def test_report_prints_reliability_statistics_only_over_repeated_runs(tmp_path):
+    """Two distilled runs of one condition: MeanLift / RR0 / RelLift95 appear, with the rule."""
+    provenance = {"command": "heart eval e2e", "commit": "abc", "versions": {}}
+    for label, runs in (("base", [{"t1": 0.0, "t2": 0.0}]), ("distilled", [{"t1": 1.0, "t2": 0.0},
+                                                                          {"t1": 1.0, "t2": 1.0}])):
+        for index, scores in enumerate(runs):
+            folder = tmp_path / f"{label}-{index}"
+            folder.mkdir()
+            (folder / "e2e.json").write_text(json.dumps({
+                "kind": "e2e", "label": label, "env": "bfcl", "category": "simple",
+                "config": {"split": "test", "seeds": [index]},
+                "figures": {"success_rate": {"value": sum(scores.values()) / 2, "low": 0.0, "high": 1.0, "n": 2}},
+                "pass_hat_k": {}, "per_task_score": scores, "counts": {"episodes": 2, "errored": 0},
+                "adapters": {}, "provenance": provenance}))
+    text = write_report([str(tmp_path)], tmp_path / "report").read_text()
+    assert "no reliability statistics" not in text
+    assert "MeanLift +75.0" in text and "RR0 100%" in text and "S=2 runs" in text
+
+
 def test_verifier_samples_are_label_balanced(heldout):
     """A held-out test collection is mostly PASS steps; the Verifier's sample takes the two
     labels in turn, so always answering PASS scores about half, not most."""
-    from eval.roles import LABEL_COLUMNS, balanced_sample, load_rows
+    from heart_distill.eval.roles import LABEL_COLUMNS, balanced_sample, load_rows
 
     full = load_rows(heldout, "verifier", "test", None, 0)
     label = next(c for c in LABEL_COLUMNS if c in full[0])
@@ -165,8 +186,8 @@ def test_verifier_samples_are_label_balanced(heldout):
 
 
 def test_each_role_decodes_within_its_own_budget(heldout):
-    from eval.roles import MAX_NEW_TOKENS, RoleEvalConfig, load_rows, request_for
-    from eval.models import RoleModels
+    from heart_distill.eval.roles import MAX_NEW_TOKENS, RoleEvalConfig, load_rows, request_for
+    from heart_distill.eval.models import RoleModels
 
     models = RoleModels("base", "base", "smollm2-135m")
     for role in ROLES:
@@ -179,7 +200,7 @@ def test_each_role_decodes_within_its_own_budget(heldout):
 
 def test_over_long_prompts_are_left_out_and_counted(heldout, smollm2_path):
     """Rows longer than the training max_length never reach a batch; how many is reported."""
-    from eval.roles import load_role_rows, prompt_fits
+    from heart_distill.eval.roles import load_role_rows, prompt_fits
 
     all_rows, none_out = load_role_rows(heldout, "verifier", "test", None, 0)
     assert none_out == 0
@@ -193,8 +214,8 @@ def test_base_out_answers_both_sides_on_one_shared_backend(heldout, tmp_path, mo
     import dataclasses
     import threading
 
-    import eval.models
-    from eval.roles import run_sides
+    from heart_distill.eval import models as eval_models
+    from heart_distill.eval.roles import run_sides
 
     for role in ROLES:
         (tmp_path / "adapters" / role).mkdir(parents=True)
@@ -210,7 +231,7 @@ def test_base_out_answers_both_sides_on_one_shared_backend(heldout, tmp_path, mo
         built.append((models.label, max_batch_size))
         return ScriptedBackend(answer, name="shared")
 
-    monkeypatch.setattr(eval.models, "shared_backend", one_model)
+    monkeypatch.setattr(eval_models, "shared_backend", one_model)
     distilled = RoleEvalConfig(data=str(heldout), out=str(tmp_path / "distilled"),
                                roles_spec=str(tmp_path / "adapters"), roles=("verifier",), batch_size=4)
     base = dataclasses.replace(distilled, roles_spec="base", out=str(tmp_path / "base"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.stats import bootstrap, lifts, mean_lift, micro_prf, pass_hat_k, rel_lift95, rr0, worst_lift
+from heart_distill.eval.stats import bootstrap, lifts, mean_lift, micro_prf, pass_hat_k, rel_lift95, rr0, worst_lift
 
 
 def test_bootstrap_of_a_constant_has_a_zero_width_interval():

@@ -233,7 +233,7 @@ def test_a_timed_out_tool_errors_the_episode(hostile, tmp_path, monkeypatch):
 
 
 def test_heart_run_exits_non_zero_when_every_episode_errored(monkeypatch, capsys):
-    import heart.cli as cli
+    import heart_distill.cli as cli
 
     class Broken:
         name = "broken"
@@ -252,7 +252,7 @@ def test_heart_run_exits_non_zero_when_every_episode_errored(monkeypatch, capsys
 def test_collect_counts_errored_episodes_apart_and_resume_reruns_them(tmp_path, monkeypatch, capsys):
     import argparse
 
-    import data.collect as collect_module
+    import heart_distill.data.collect as collect_module
 
     out = tmp_path / "run"
     parser = argparse.ArgumentParser()

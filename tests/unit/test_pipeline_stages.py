@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heart import pipeline
-from heart.pipeline import PipelineError, load_pipeline, run_pipeline
+from heart_distill import pipeline
+from heart_distill.pipeline import PipelineError, load_pipeline, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def calls(monkeypatch):
     seen = []
 
     def fake_call(argv, env=None):
-        command = argv[3:] if argv[1:3] == ["-m", "heart.cli"] else argv[1:]
+        command = argv[3:] if argv[1:3] == ["-m", "heart_distill.cli"] else argv[1:]
         seen.append(" ".join(command))
         for index, arg in enumerate(command):
             target = command[index + 1] if arg == "--out" else arg.split("=", 1)[1] if arg.startswith("output.dir=") else None

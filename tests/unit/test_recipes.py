@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.config import Recipe, load_recipe, load_roles
+from heart_distill.train.config import Recipe, load_recipe, load_roles
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml")
@@ -28,7 +28,7 @@ def test_recipes_are_shipped():
 @pytest.mark.parametrize("path", ROLE_RECIPES + ROLES_FILES + ACCELERATE, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_starts_with_its_run_command(path):
     first = path.read_text().splitlines()[0]
-    assert first.startswith("# ") and ("accelerate launch" in first or "python -m train.launch" in first)
+    assert first.startswith("# ") and ("accelerate launch" in first or "python -m heart_distill.train.launch" in first)
     assert str(path.relative_to(RECIPES.parent)) in first or "--recipe recipes/" in first
 
 
@@ -85,7 +85,7 @@ def qwen3_8b_meta():
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from train.known_configs import QWEN3_8B
+    from heart_distill.train.known_configs import QWEN3_8B
 
     config = Qwen3Config(**{k: v for k, v in QWEN3_8B.items() if k not in ("architectures", "model_type")})
     with init_empty_weights():
@@ -100,8 +100,8 @@ def test_qwen3_8b_recipe_on_meta_model(path, qwen3_8b_meta):
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model
 
-    from train.adapter import linear_module_names
-    from train.known_configs import QWEN3_8B, lora_parameters, training_memory_gb
+    from heart_distill.train.adapter import linear_module_names
+    from heart_distill.train.known_configs import QWEN3_8B, lora_parameters, training_memory_gb
 
     recipe = load_recipe(path, check_paths=False)
     base_params = sum(p.numel() for p in qwen3_8b_meta.parameters())
@@ -132,10 +132,10 @@ def test_qwen3_8b_pipeline_recipe_on_meta_model(qwen3_8b_meta):
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model
 
-    from heart.pipeline import _recipe_files, load_pipeline, stages
+    from heart_distill.pipeline import _recipe_files, load_pipeline, stages
     from heart.runtime.openai_compat import parse_teacher_spec
-    from train.adapter import linear_module_names, lora_placement
-    from train.known_configs import QWEN3_8B, lora_parameters, training_memory_gb
+    from heart_distill.train.adapter import linear_module_names, lora_placement
+    from heart_distill.train.known_configs import QWEN3_8B, lora_parameters, training_memory_gb
 
     config, folder = load_pipeline(RECIPES / "qwen3-8b/pipeline.yaml")
     assert config.model == "Qwen/Qwen3-8B" and parse_teacher_spec(config.collect.teacher).kind == "openai"
@@ -171,9 +171,9 @@ def test_top_layers_places_lora_on_the_upper_layers_only(qwen3_8b_meta):
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model
 
-    from train.adapter import linear_module_names, lora_placement
-    from train.config import LoraConfig as RecipeLora
-    from train.known_configs import QWEN3_8B, lora_parameters
+    from heart_distill.train.adapter import linear_module_names, lora_placement
+    from heart_distill.train.config import LoraConfig as RecipeLora
+    from heart_distill.train.known_configs import QWEN3_8B, lora_parameters
 
     placement = lora_placement(RecipeLora(r=8, top_layers=4), qwen3_8b_meta, linear_module_names(qwen3_8b_meta))
     assert placement["layers_to_transform"] == [32, 33, 34, 35]

@@ -3,7 +3,8 @@
 import pytest
 
 from heart.environments import load_environment
-from heart.toolface import Embedder, Tool, ToolFace, ToolSpec
+from heart.embeddings import Embedder
+from heart.toolface import Tool, ToolFace, ToolSpec
 
 
 def noop(**kwargs):
@@ -267,7 +268,7 @@ def test_threads_on_a_cold_cache_embed_a_shared_text_once(tmp_path, monkeypatch)
 
     import numpy as np
 
-    import heart.toolface as toolface_module
+    import heart.embeddings as embeddings_module
 
     encoded = []
 
@@ -276,7 +277,7 @@ def test_threads_on_a_cold_cache_embed_a_shared_text_once(tmp_path, monkeypatch)
             encoded.append(list(texts))
             return np.ones((len(texts), 4), dtype=np.float32) / 2
 
-    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    monkeypatch.setattr(embeddings_module, "load_embedder", lambda: Model())
     barrier = threading.Barrier(4, timeout=5)
     embedder = Embedder(tmp_path)
     errors, results = [], []
@@ -305,17 +306,17 @@ def test_embeddings_are_read_from_disk_once_per_process(tmp_path, monkeypatch):
     the first read, and a cache folder's memory is its own (another folder is not served)."""
     import numpy as np
 
-    import heart.toolface as toolface_module
+    import heart.embeddings as embeddings_module
 
     class Model:
         def encode(self, texts, **kwargs):
             return np.ones((len(texts), 4), dtype=np.float32) / 2
 
-    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    monkeypatch.setattr(embeddings_module, "load_embedder", lambda: Model())
     Embedder(tmp_path / "a").embed(["logged request"])
     loads = []
-    real_load = toolface_module.np.load
-    monkeypatch.setattr(toolface_module.np, "load", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    real_load = embeddings_module.np.load
+    monkeypatch.setattr(embeddings_module.np, "load", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     assert Embedder(tmp_path / "a").embed(["logged request"]).tolist() == [[0.5] * 4]
     assert loads == []
     Embedder(tmp_path / "b").embed(["logged request"])  # another folder: encoded and written there
@@ -326,7 +327,7 @@ def test_a_query_is_encoded_with_one_torch_thread_and_the_setting_restored(tmp_p
     import numpy as np
     import torch
 
-    import heart.toolface as toolface_module
+    import heart.embeddings as embeddings_module
 
     seen = []
 
@@ -335,7 +336,7 @@ def test_a_query_is_encoded_with_one_torch_thread_and_the_setting_restored(tmp_p
             seen.append((len(texts), torch.get_num_threads()))
             return np.ones((len(texts), 4), dtype=np.float32) / 2
 
-    monkeypatch.setattr(toolface_module, "_load_embedder", lambda: Model())
+    monkeypatch.setattr(embeddings_module, "load_embedder", lambda: Model())
     original = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -348,8 +349,8 @@ def test_a_query_is_encoded_with_one_torch_thread_and_the_setting_restored(tmp_p
 
 
 def test_index_writes_use_unique_temp_names(tmp_path):
-    from heart.toolface import unique_temp_path
+    from heart.atomic import temp_path
 
     target = tmp_path / "abc.flat.faiss"
-    names = {unique_temp_path(target) for _ in range(100)}
+    names = {temp_path(target) for _ in range(100)}
     assert len(names) == 100 and all(p.parent == tmp_path and p.name.startswith(".abc.flat.faiss.") for p in names)

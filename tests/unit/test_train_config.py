@@ -1,4 +1,4 @@
-"""Recipe loading: every mistake fails at load, naming the field; `python -m train.sft` exits
+"""Recipe loading: every mistake fails at load, naming the field; `python -m heart_distill.train.sft` exits
 non-zero and writes nothing."""
 
 import dataclasses
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.config import (DataConfig, LoraConfig, ModelConfig, OutputConfig, RecipeError, SFTSettings, field_help,
+from heart_distill.train.config import (DataConfig, LoraConfig, ModelConfig, OutputConfig, RecipeError, SFTSettings, field_help,
                           load_recipe)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture()
 def dataset_dir(tmp_path):
-    from train.synthetic import write_synthetic_role_dataset
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
 
     return write_synthetic_role_dataset(tmp_path / "datasets", "planner", 4, 2, compact=True)
 
@@ -91,7 +91,7 @@ def test_checkpoint_of_another_base_in_output_dir(tmp_path, dataset_dir, tiny_qw
 
 
 def run_sft(recipe, *overrides):
-    return subprocess.run([sys.executable, "-m", "train.sft", "--recipe", str(recipe), *overrides],
+    return subprocess.run([sys.executable, "-m", "heart_distill.train.sft", "--recipe", str(recipe), *overrides],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -3,7 +3,7 @@
 import subprocess
 from pathlib import Path
 
-from train import launch
+from heart_distill.train import launch
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "recipes/smollm2-135m/roles.yaml"
@@ -23,7 +23,7 @@ def test_bad_recipe_stops_before_any_launch(tmp_path, monkeypatch, capsys):
 
 
 def test_runs_roles_in_order_through_accelerate(tmp_path, monkeypatch):
-    from train.synthetic import write_synthetic_role_dataset
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
 
     started = []
     monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or 0)
@@ -34,15 +34,15 @@ def test_runs_roles_in_order_through_accelerate(tmp_path, monkeypatch):
     (command,) = started
     assert command[1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
     assert command[4].endswith("recipes/smollm2-135m/../accelerate/cpu.yaml")
-    assert command[5:9] == ["-m", "train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
+    assert command[5:9] == ["-m", "heart_distill.train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
     assert command[-1] == f"data.dataset_dir={tmp_path}/planner"
 
 
 def test_several_roles_train_in_one_process_with_role_placeholders(tmp_path, monkeypatch):
     """Sequential roles share one accelerate launch (one start-up); ``{role}`` in an override
     becomes each role's name, and each role's recipe is validated with its own value first."""
-    from train.config import load_recipe, role_overrides
-    from train.synthetic import write_synthetic_role_dataset
+    from heart_distill.train.config import load_recipe, role_overrides
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
 
     started = []
     monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or 0)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from train.adapter import UnservableAdapter, check_servable, publish_adapter, read_adapter_config
-from train.role_data import drop_overlong, token_count
+from heart_distill.train.adapter import UnservableAdapter, check_servable, publish_adapter, read_adapter_config
+from heart_distill.train.role_data import drop_overlong, token_count
 
 
 LINEAR = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
@@ -52,7 +52,7 @@ def test_unservable_new_adapter_leaves_the_previous_one_intact(tmp_path):
 def test_publish_replaces_weights_and_manifest_together(tmp_path, monkeypatch):
     out = finished_adapter(tmp_path / "out", "old")
     staged = finished_adapter(tmp_path / "out" / "checkpoints" / "final", "new")
-    monkeypatch.setattr("train.adapter.write_adapter_folder",
+    monkeypatch.setattr("heart_distill.train.adapter.write_adapter_folder",
                         lambda folder, manifest, history: (folder / "manifest.json").write_text(json.dumps(manifest)))
     publish_adapter(staged, out, {"tag": "new"}, [])
     assert json.loads((out / "manifest.json").read_text()) == {"tag": "new"}

@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from train.templates import UnknownChatTemplate, template_for, template_path
+from heart_distill.train.templates import UnknownChatTemplate, template_for, template_path
 
 SYSTEM = {"role": "system", "content": "You are the Planner.\nAnswer with JSON."}
 CONVERSATIONS = [

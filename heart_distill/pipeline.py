@@ -6,7 +6,7 @@ role inputs → per-role and end-to-end evaluation, base vs distilled → report
     heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml --stage eval_roles   one stage alone
 
 Each stage runs existing CLI commands in subprocesses (``heart collect``, ``heart datasets
-build``, ``heart train``, ``python -m eval.heldout``, ``heart eval roles|e2e``, ``heart
+build``, ``heart train``, ``python -m heart_distill.eval.heldout``, ``heart eval roles|e2e``, ``heart
 report``), so this module imports neither ``train`` nor ``eval``. Every stage is
 content-addressed: its key is a hash of its commands and of the bytes of its inputs (the
 upstream stage's outputs, the training recipes, the base model's manifest). A stage whose
@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,6 +34,7 @@ import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
 from heart import ROLES
+from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 
 Env = Literal["bfcl", "agentdojo"]
@@ -140,17 +142,21 @@ class PipelineConfig:
 
 
 def _check_keys(data: Any, cls: type, where: str) -> None:
-    """Unknown keys fail with the section's known ones (pydantic ignores extras on dataclasses)."""
+    """Unknown keys fail with the section's known ones (pydantic ignores extras on dataclasses),
+    in nested sections and in lists of sections (``eval.e2e.0.env``)."""
     if not isinstance(data, dict):
         raise PipelineError(f"{where or 'pipeline recipe'}: expected a mapping, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
     for key, value in data.items():
         name = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            raise PipelineError(f"unknown key '{name}' (known: {', '.join(fields)})")
-        section = fields[key].default_factory  # the nested config class of a section, else a list factory
-        if isinstance(section, type) and dataclasses.is_dataclass(section):
-            _check_keys(value, section, name)
+        if key not in hints:
+            raise PipelineError(f"unknown key '{name}' (known: {', '.join(f.name for f in dataclasses.fields(cls))})")
+        kind = hints[key]
+        if dataclasses.is_dataclass(kind):
+            _check_keys(value, kind, name)
+        elif typing.get_origin(kind) is list and dataclasses.is_dataclass(item := typing.get_args(kind)[0]):
+            for index, entry in enumerate(value if isinstance(value, list) else []):
+                _check_keys(entry, item, f"{name}.{index}")
 
 
 def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
@@ -231,7 +237,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                             "--overwrite"]], [run / "collect" / "traces"], [run / "datasets"]),
         Stage("train", train, [run / "datasets", *recipe_files, *_model_manifest(config.model)], [run / "adapters"]),
         Stage("collect_test", collect_test, [], [run / "collect-test"], concurrent=True),
-        Stage("heldout", [["python", "-m", "eval.heldout", str(run / "collect-test"), "--out", str(run / "heldout"),
+        Stage("heldout", [["python", "-m", "heart_distill.eval.heldout", str(run / "collect-test"), "--out", str(run / "heldout"),
                            "--split", "test", "--overwrite"]], [run / "collect-test" / "traces"], [run / "heldout"]),
         Stage("eval_roles", eval_roles, [run / "heldout", run / "adapters"],
               [run / "eval" / "roles-base", run / "eval" / "roles-distilled"]),
@@ -315,7 +321,7 @@ def is_up_to_date(run: Path, stage: Stage, key: str) -> dict[str, Any] | None:
 def _argv(command: list[str]) -> list[str]:
     """Run `heart ...` and `python ...` with this interpreter, whatever PATH holds."""
     if command[0] == "heart":
-        return [sys.executable, "-m", "heart.cli", *command[1:]]
+        return [sys.executable, "-m", "heart_distill.cli", *command[1:]]
     if command[0] == "python":
         return [sys.executable, *command[1:]]
     return command
@@ -347,9 +353,7 @@ def run_stage(run: Path, stage: Stage, key: str) -> tuple[int, float]:
     stamp = {"stage": stage.name, "key": key, "outputs": fingerprint(stage.outputs), "wall_s": round(wall, 1),
              "commands": stage.commands, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _stamp_path(run, stage).parent.mkdir(parents=True, exist_ok=True)
-    tmp = _stamp_path(run, stage).with_suffix(".tmp")
-    tmp.write_text(json.dumps(stamp, indent=2) + "\n")
-    tmp.replace(_stamp_path(run, stage))  # the stamp appears only once the stage finished
+    publish_text(_stamp_path(run, stage), json.dumps(stamp, indent=2) + "\n")  # only once the stage finished
     return 0, wall
 
 

@@ -78,9 +78,9 @@ class BFCLASTEnvironment:
 
     @cached_property
     def _entries(self) -> dict[str, dict[str, Any]]:
-        data = bfcl._data_dir()
-        entries = {e["id"]: e for e in bfcl._read_jsonl(data / f"BFCL_v4_{self.test_category}.json")}
-        for answer in bfcl._read_jsonl(data / "possible_answer" / f"BFCL_v4_{self.test_category}.json"):
+        data = bfcl.data_dir()
+        entries = {e["id"]: e for e in bfcl.read_jsonl(data / f"BFCL_v4_{self.test_category}.json")}
+        for answer in bfcl.read_jsonl(data / "possible_answer" / f"BFCL_v4_{self.test_category}.json"):
             entries[answer["id"]]["ground_truth"] = answer["ground_truth"]
         return entries
 

@@ -11,7 +11,7 @@
     heart check parity --adapters DIR          peft vs vLLM vs int8, token for token, per role
     heart eval roles --data DATASETS --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR
     heart eval e2e --env bfcl --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR [--limit N]
-    heart report RUN... --out DIR              markdown page + PNG plots from eval results
+    heart report RUN... --out DIR              markdown page + PNG plots from heart_distill.eval results
     heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml [--until train] [--stage NAME]
 
 Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
@@ -23,7 +23,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from heart import ROLES
+from heart.argtypes import nonnegative_int, port, positive_int, probability
 from heart.runtime.engines import ENGINE_SPECS
+from heart_distill.arguments import collect_arguments
 
 DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
 
@@ -32,7 +35,7 @@ def _adapters(pairs: list[str]) -> dict[str, str]:
     adapters = {}
     for pair in pairs:
         role, sep, path = pair.partition("=")
-        if not sep or role not in ("planner", "router", "primitive", "verifier"):
+        if not sep or role not in ROLES:
             raise SystemExit(f"error: --adapter expects ROLE=PATH with ROLE one of planner/router/primitive/verifier, got {pair!r}")
         adapters[role] = path
     return adapters
@@ -40,7 +43,7 @@ def _adapters(pairs: list[str]) -> dict[str, str]:
 
 def _backend(args: argparse.Namespace, task=None, environment=None):
     if args.model == "gold":
-        from data.teachers import GoldTeacher
+        from heart.runtime.scripted import GoldTeacher
 
         return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate)
     if args.model.startswith("openai:"):
@@ -93,7 +96,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     environment = load_environment(args.env)
     shared = None if args.model == "gold" else _backend(args)
     trace = TraceWriter(args.trace) if args.trace else None
-    sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ("planner", "router", "primitive", "verifier")}
+    sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES}
     config = LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
                         max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
                         short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
@@ -187,16 +190,16 @@ def _toolface_arguments(sub) -> None:
     p = sub.add_parser("toolface", help="show the tools ToolFace retrieves for a task's turn or a query")
     p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
     p.add_argument("--task", help="task id (default: the first task)")
-    p.add_argument("--turn", type=int, default=0, help="which user turn's text is the query")
+    p.add_argument("--turn", type=nonnegative_int, default=0, help="which user turn's text is the query")
     p.add_argument("--query", help="search this text instead of the task's turn")
     p.add_argument("--catalog", choices=["session", "central"], default="session",
                    help="the task's own tools, or every BFCL + AgentDojo document")
-    p.add_argument("--k", type=int, default=7, help="ranked tools before companions are added")
+    p.add_argument("--k", type=positive_int, default=7, help="ranked tools before companions are added")
     p.set_defaults(func=cmd_toolface)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from data.collect import collect
+    from heart_distill.data.collect import collect
 
     return collect(args)
 
@@ -204,7 +207,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_datasets(args: argparse.Namespace) -> int:
     if args.action == "lint":
         return cmd_datasets_lint(args.rest)
-    from data.build import main as build_main
+    from heart_distill.data.build import main as build_main
 
     return build_main(args.rest)
 
@@ -214,14 +217,14 @@ def cmd_datasets_lint(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="heart datasets lint")
     parser.add_argument("dataset", help="a role dataset folder (runs/NAME/datasets/ROLE)")
     parser.add_argument("--model", default="smollm2-135m", help="whose tokenizer and chat template")
-    parser.add_argument("--limit", type=int, default=64, help="examples to check per split")
+    parser.add_argument("--limit", type=positive_int, default=64, help="examples to check per split")
     args = parser.parse_args(argv)
     from datasets import load_from_disk
     from transformers import AutoTokenizer
 
-    from data.loss_mask import LossMaskError, lint_loss_mask
+    from heart_distill.data.loss_mask import LossMaskError, lint_loss_mask
     from heart.models import resolve_model
-    from train.templates import template_for
+    from heart_distill.train.templates import template_for
 
     from heart.user_errors import UserError
 
@@ -244,7 +247,7 @@ def cmd_datasets_lint(argv: list[str]) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from train.launch import run_roles
+    from heart_distill.train.launch import run_roles
 
     roles = args.roles.split(",") if args.roles else None
     return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel)
@@ -254,22 +257,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Per-role and end-to-end evaluation (eval/ is imported here, never at module level)."""
     full = ["eval", args.action, *args.rest]
     if args.action == "roles":
-        from eval.roles import main as roles_main
+        from heart_distill.eval.roles import main as roles_main
 
         return roles_main(args.rest, full)
-    from eval.e2e import main as e2e_main
+    from heart_distill.eval.e2e import main as e2e_main
 
     return e2e_main(args.rest, full)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from eval.report import main as report_main
+    from heart_distill.eval.report import main as report_main
 
     return report_main(args.rest, ["report", *args.rest])
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from heart.pipeline import main as pipeline_main
+    from heart_distill.pipeline import main as pipeline_main
 
     return pipeline_main(args)
 
@@ -284,20 +287,20 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--short-prompt", action="append", default=[], metavar="ROLE",
                    help="send ROLE the short system prompt (its adapter was context-distilled)")
     p.add_argument("--trace", help="append trace events to this JSONL file")
-    p.add_argument("--budget", type=int, default=3, help="re-plan budget B (default 3)")
+    p.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (default 3)")
     p.add_argument("--verify", default="step", choices=["step", "attempt"],
                    help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
-    p.add_argument("--max-clarifications", type=int, default=2, help="clarification questions per turn")
-    p.add_argument("--max-plan-steps", type=int, default=10, help="longest plan (with constrained decoding)")
-    p.add_argument("--retrieve-k", type=int, default=None,
+    p.add_argument("--max-clarifications", type=nonnegative_int, default=2, help="clarification questions per turn")
+    p.add_argument("--max-plan-steps", type=positive_int, default=10, help="longest plan (with constrained decoding)")
+    p.add_argument("--retrieve-k", type=positive_int, default=None,
                    help="tools ToolFace ranks for the Planner (default: ToolFace's own, top 7 + companions, ≥ 9 shown)")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="per role call")
-    p.add_argument("--fault-rate", type=float, default=0.0, help="with --model gold: injected fault rate")
+    p.add_argument("--max-new-tokens", type=positive_int, default=512, help="per role call")
+    p.add_argument("--fault-rate", type=probability, default=0.0, help="with --model gold: injected fault rate")
     p.add_argument("--no-constrain", action="store_true",
                    help="do not constrain decoding to each role's JSON schema (on by default)")
     p.add_argument("--no-prefill", action="store_true",
                    help="without constraints, do not start answers with each role's JSON prefix")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--quantize", choices=["int8"], default=None,
                    help="in-process model: int8 dynamic-quantised base linears, role LoRA kept exact (CPU)")
     p.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
@@ -320,10 +323,10 @@ def _serve_parser(sub) -> None:
                    help="peft or llama.cpp in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
     p.add_argument("--quantize", choices=["int8"], default=None, help="peft engine: int8 base linears (CPU)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; no authentication)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-batch-size", type=int, default=8, help="most requests decoded in one batch")
-    p.add_argument("--max-prompt-tokens", type=int, default=8192, help="longer prompts get 400")
-    p.add_argument("--max-new-tokens", type=int, default=2048, help="largest max_tokens a request may ask")
+    p.add_argument("--port", type=port, default=8000)
+    p.add_argument("--max-batch-size", type=positive_int, default=8, help="most requests decoded in one batch")
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=8192, help="longer prompts get 400")
+    p.add_argument("--max-new-tokens", type=positive_int, default=2048, help="largest max_tokens a request may ask")
     p.set_defaults(func=cmd_serve)
 
 
@@ -366,8 +369,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "dev", "test"])
     p.set_defaults(func=cmd_tasks)
 
-    from data.collect import add_arguments as collect_arguments
-
     p = sub.add_parser("collect", help="run a teacher over a split and record traces")
     collect_arguments(p)
     p.set_defaults(func=cmd_collect)
@@ -375,11 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("datasets", help="build role datasets from a run's traces, or lint their loss mask")
     p.add_argument("action", choices=["build", "lint"])
     p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="build: arguments of python -m data.build; lint: DATASET [--model M] [--limit N]")
+                   help="build: arguments of python -m heart_distill.data.build; lint: DATASET [--model M] [--limit N]")
     p.set_defaults(func=cmd_datasets)
 
-    p = sub.add_parser("train", help="train role adapters from a roles recipe")
-    p.add_argument("--recipe", required=True, type=Path)
+    p = sub.add_parser("train", help="train role adapters from a roles recipe (or one role's recipe)")
+    p.add_argument("--recipe", required=True, type=Path,
+                   help="a roles.yaml (every role it lists), or one role's recipe such as router.yaml (that role)")
     p.add_argument("--roles", help="comma-separated subset of roles")
     p.add_argument("--parallel", action="store_true", help="run roles as parallel accelerate jobs")
     p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
@@ -392,10 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="see heart eval roles --help / heart eval e2e --help")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("report", help="one markdown page with tables and plots from eval results")
+    p = sub.add_parser("report", help="one markdown page with tables and plots from heart_distill.eval results")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="see heart report --help")
     p.set_defaults(func=cmd_report)
-    from heart.pipeline import add_arguments as pipeline_arguments
+    from heart_distill.pipeline import add_arguments as pipeline_arguments
 
     p = sub.add_parser("pipeline", help="collect → datasets → train → evaluate → report, each stage content-addressed")
     pipeline_arguments(p)
