@@ -12,7 +12,7 @@ HEART paper's 0% attack success rests on tool schemas and tool output staying ou
 Planner's prompt; tool *results* still flow back as context, and this counts where.
 
 It measures reach, not attack success: the gold teacher never obeys an injection. Attack
-success needs a model (issue 13, item 5) — see the README's reliability section.
+success needs a model: ``bench/injection.py`` (docs/reliability.md).
 
 What it prints also goes to ``--out`` (default ``runs/bench/injection_reach.txt``) under the
 run's provenance stamp; curated results live in ``bench/results/``.

@@ -10,7 +10,7 @@ then measures side by side in one run:
 1. **sequential**: ``--sequential`` role calls one at a time (one client);
 2. **concurrent**: ``--requests`` role calls from ``--clients`` client threads at once,
    cycling through the four roles, so every batch mixes adapters;
-3. **hostile**: the requests issue 13 names (unknown role, malformed JSON, an oversized
+3. **hostile**: requests a server must refuse cleanly (unknown role, malformed JSON, an oversized
    prompt, bad sampling parameters, …), sent *during* the concurrent load.
 
 Role inputs are real: the messages of the role calls in gold-teacher episodes of a few

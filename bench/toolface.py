@@ -12,7 +12,7 @@ Three parts, each measured in this one run:
 1. **Session catalogs** (as ``run_episode`` builds ToolFace: the task's own tools), every
    user turn that has gold calls, query = that turn's user text (no gold in it): the share
    of turns whose gold tools are *all* in the top k, for dense-only retrieval (MiniLM, the
-   issue's baseline measure), hybrid (MiniLM + BM25), hybrid top 7 + companions (filled up
+   similarity-only reference), hybrid (MiniLM + BM25), hybrid top 7 + companions (filled up
    to 9), and the default (``heart.catalog.session_toolface``, what ``run_episode`` uses:
    the environment's measured settings, i.e. on BFCL also the query log and the usage
    prior), which show a variable number of tools: their mean is reported next to their

@@ -1,5 +1,5 @@
 """Benchmark: can a learnt or fused ranking fit all of a task's gold tools into what ToolFace
-shows the Planner first? (issue 9's open goal on AgentDojo: ≥ 0.95 of tasks, ≤ 10 shown)
+shows the Planner first? (the target on AgentDojo: ≥ 0.95 of tasks, ≤ 10 shown)
 
     python bench/toolface_rankers.py                       # AgentDojo, a few minutes on 2 cores
     python bench/toolface_rankers.py --env bfcl --out runs/bench/toolface_rankers_bfcl.json

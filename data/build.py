@@ -525,6 +525,8 @@ def headline_checks(report: BuildReport) -> list[str]:
     if "verifier" in q:
         lines.append(f"  verifier FAIL examples on steps that executed without error: "
                      f"{rate(q['verifier'].get('clean_execution_fail_rate'))} of {q['verifier'].get('fail_examples', 0)}")
+        incomplete = q["verifier"].get("verdicts_by_fault_kind", {}).get("incomplete", {}).get("FAIL", 0)
+        lines.append(f"  verifier task_completion FAILs of clean attempts that left the turn unfinished: {incomplete}")
     return lines
 
 

@@ -242,12 +242,14 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     from heart.grounding import literals, ungrounded_literals
     from heart.roles import ROLE_MODULES
     from heart.roles.planner import shown_tools
+    from heart.roles.router import is_read_only
 
     stats: dict[str, Any] = {"examples": len(examples)}
     valid = 0
     outside = planner_ok = literal_total = literal_missing = 0
     by_kind: dict[str, dict[str, int]] = {}
     fails = clean_fails = 0
+    writes_retried, priorities = 0, {}
     for example in examples:
         payload, answer = _payload_and_answer(example)
         if payload is None or not isinstance(answer, dict):
@@ -264,6 +266,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         elif role == "router":
             text = example["messages"][-2]["content"]
             for d in answer.get("dispatch", []):
+                h = d.get("h_params") or {}
+                priorities[str(h.get("priority"))] = priorities.get(str(h.get("priority")), 0) + 1
+                writes_retried += (h.get("retry") or 1) > 1 and not is_read_only(str(d.get("target_tool", "")))
                 literal_total += sum(1 for _ in literals(d.get("resolved_bindings", {})))
                 literal_missing += len(ungrounded_literals(d.get("resolved_bindings", {}), text))
         elif role == "verifier":
@@ -281,6 +286,8 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     if role == "router":
         stats["literal_values"] = literal_total
         stats["grounded_rate"] = round(1 - literal_missing / literal_total, 4) if literal_total else None
+        stats["state_changing_steps_retried"] = writes_retried
+        stats["priorities"] = dict(sorted(priorities.items()))
     if role == "verifier":
         stats["verdicts_by_fault_kind"] = dict(sorted(by_kind.items()))
         stats["fail_examples"] = fails
@@ -298,6 +305,8 @@ def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, 
     if role == "router":
         lines.append(f"- grounded rate (literal binding values found in the Router's input): "
                      f"{quality.get('grounded_rate')} of {quality.get('literal_values')} values")
+        lines.append(f"- state-changing steps dispatched with retries (a write may run twice): "
+                     f"{quality.get('state_changing_steps_retried')}; priorities: {quality.get('priorities')}")
     if role == "verifier":
         lines.append(f"- FAIL examples on steps that executed without error: {quality.get('clean_execution_fail_rate')} "
                      f"of {quality.get('fail_examples')}")

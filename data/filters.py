@@ -47,6 +47,10 @@ class AttemptFacts:
     """A Primitive returned FAILURE, or a fault was injected into a non-Verifier output."""
     faulted_steps: set = field(default_factory=set)
     """Plan steps into which a teacher injected a fault (Router or Primitive)."""
+    executed_tools: set = field(default_factory=set)
+    """Tools whose Primitive call returned SUCCESS in this attempt."""
+    last_verified_step: int | None = None
+    """The step of the attempt's last Verifier call (the one that ended it)."""
 
 
 @dataclass
@@ -67,6 +71,8 @@ class EpisodeFacts:
             found = facts.attempts.setdefault((turn, attempt), AttemptFacts())
             role = event["role"]
             if role == "verifier":
+                if event["step"] is not None:
+                    found.last_verified_step = max(event["step"], found.last_verified_step or event["step"])
                 # A fault injected into the Verifier's own output says nothing about whether
                 # execution went wrong; that Verifier example is dropped by its own filter.
                 if event["parse_error"] is None and isinstance(event["parsed"], dict):
@@ -79,6 +85,8 @@ class EpisodeFacts:
                     found.faulted_steps.add(step)
             if role == "primitive" and envelope_status(event) == "FAILURE":
                 found.visible_failure = True
+            if role == "primitive" and envelope_status(event) == "SUCCESS":
+                found.executed_tools.add(((event.get("extra") or {}).get("envelope") or {}).get("tool"))
         return facts
 
     @property
@@ -110,9 +118,26 @@ class EpisodeFacts:
             return "FAIL"
         if not self.success:
             return None
+        if self.left_incomplete(event):
+            return "FAIL"
         if event["step"] is None and attempt != self.last_attempt.get(turn):
             return None
         return "PASS"
+
+
+    def left_incomplete(self, event: Event) -> bool:
+        """The Verifier call that ended a clean attempt which did not finish the turn: every
+        call of the attempt ran as asked (no failure, no fault), yet in a successful episode a
+        later attempt of the same turn had to run a tool this attempt never ran. Its FAIL on
+        task_completion ("still to do: ...") is what the environment shows, and is taught."""
+        turn, attempt = event["turn"], event["attempt"]
+        facts = self.attempts.get((turn, attempt), AttemptFacts())
+        if facts.visible_failure or facts.faulted_steps or attempt == self.last_attempt.get(turn):
+            return False
+        if event["step"] is None or event["step"] != facts.last_verified_step:
+            return False
+        later = set().union(*(f.executed_tools for (t, a), f in self.attempts.items() if t == turn and a > attempt))
+        return bool(later - facts.executed_tools)
 
 
 def injected_fault(event: Event) -> str | None:

@@ -1,8 +1,9 @@
 """HEART: Planner → Router → Tool Primitive → Verifier over tools that really execute.
 
 This package owns the loop (Algorithm 1 of the HEART paper), the four roles, ToolFace,
-trace events, the runtime backends and the environments. It never imports `train` or
-`eval` at module level.
+trace events, the runtime backends and the environments. It never imports
+``heart_distill`` (nor ``data``, ``train``, ``eval``), not even inside a function
+(tests/unit/test_house.py).
 """
 
 import os

@@ -7,7 +7,8 @@ role inputs → per-role and end-to-end evaluation, base vs distilled → report
 
 Each stage runs existing CLI commands in subprocesses (``heart collect``, ``heart datasets
 build``, ``heart train``, ``python -m heart_distill.eval.heldout``, ``heart eval roles|e2e``, ``heart
-report``), so this module imports neither ``train`` nor ``eval``. Every stage is
+report``), so this module imports neither ``train`` nor ``eval`` (recipes are read with
+:mod:`heart_distill.recipes`, as training reads them). Every stage is
 content-addressed: its key is a hash of its commands and of the bytes of its inputs (the
 upstream stage's outputs, the training recipes, the base model's manifest). A stage whose
 stamp (``<run_dir>/stamps/<stage>.json``) holds the same key, and whose outputs still have
@@ -17,7 +18,6 @@ removed and it runs again from scratch. Per-stage wall times go to ``<run_dir>/p
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -25,17 +25,17 @@ import shutil
 import subprocess
 import sys
 import time
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field
 
 from heart import ROLES
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
+from heart_distill.recipes import RecipeError, Role, load_roles, validate_sections
 
 Env = Literal["bfcl", "agentdojo"]
 EngineSpec = Literal[ENGINE_SPECS]  # type: ignore[valid-type]  (a tuple subscript: one Literal of each)
@@ -81,7 +81,7 @@ class HeldoutConfig:
 class TrainConfig:
     recipe: str = "roles.yaml"
     """roles.yaml of the per-role recipes, relative to the pipeline YAML's folder."""
-    roles: list[Literal["planner", "router", "primitive", "verifier"]] = field(default_factory=lambda: list(ROLES))
+    roles: list[Role] = field(default_factory=lambda: list(ROLES))
     """Roles to distil (one adapter each)."""
     overrides: list[str] = field(default_factory=list)
     """section.key=value overrides applied to every role's recipe (data and output dirs are set by the pipeline)."""
@@ -141,24 +141,6 @@ class PipelineConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
-def _check_keys(data: Any, cls: type, where: str) -> None:
-    """Unknown keys fail with the section's known ones (pydantic ignores extras on dataclasses),
-    in nested sections and in lists of sections (``eval.e2e.0.env``)."""
-    if not isinstance(data, dict):
-        raise PipelineError(f"{where or 'pipeline recipe'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    for key, value in data.items():
-        name = f"{where}.{key}" if where else str(key)
-        if key not in hints:
-            raise PipelineError(f"unknown key '{name}' (known: {', '.join(f.name for f in dataclasses.fields(cls))})")
-        kind = hints[key]
-        if dataclasses.is_dataclass(kind):
-            _check_keys(value, kind, name)
-        elif typing.get_origin(kind) is list and dataclasses.is_dataclass(item := typing.get_args(kind)[0]):
-            for index, entry in enumerate(value if isinstance(value, list) else []):
-                _check_keys(entry, item, f"{name}.{index}")
-
-
 def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
     """(config, folder of the YAML); fails naming the field for unknown keys and bad values."""
     path = Path(path)
@@ -168,12 +150,7 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise PipelineError(f"{path}: not valid YAML ({err})") from None
-    _check_keys(data, PipelineConfig, "")
-    try:
-        return TypeAdapter(PipelineConfig).validate_python(data), path.parent
-    except ValidationError as err:
-        problems = [f"'{'.'.join(str(p) for p in e['loc'])}': {e['msg']} (got {e['input']!r})" for e in err.errors()]
-        raise PipelineError(f"{path}: invalid pipeline recipe: " + "; ".join(problems)) from None
+    return validate_sections(data, PipelineConfig, str(path), PipelineError, "pipeline recipe"), path.parent
 
 
 @dataclass
@@ -253,17 +230,18 @@ STAGE_NAMES = ("collect", "datasets", "train", "collect_test", "heldout", "eval_
 
 
 def _recipe_files(roles_yaml: Path, roles: list[str]) -> list[Path]:
-    """roles.yaml, the chosen roles' recipes and the accelerate config: what the train stage reads."""
-    if not roles_yaml.is_file():
-        raise PipelineError(f"train.recipe: {roles_yaml} does not exist")
-    spec = yaml.safe_load(roles_yaml.read_text()) or {}
-    recipes = spec.get("roles") or {}
-    missing = [role for role in roles if role not in recipes]
+    """roles.yaml, the chosen roles' recipes and the accelerate config: what the train stage reads
+    (the roles.yaml read as training reads it, :func:`heart_distill.recipes.load_roles`)."""
+    try:
+        spec = load_roles(roles_yaml)
+    except RecipeError as err:
+        raise PipelineError(f"train.recipe: {err}") from None
+    missing = [role for role in roles if role not in spec["roles"]]
     if missing:
         raise PipelineError(f"train.roles: {roles_yaml} has no recipe for {', '.join(missing)}")
-    files = [roles_yaml, *(roles_yaml.parent / recipes[role] for role in roles)]
-    if spec.get("accelerate_config"):
-        files.append(roles_yaml.parent / spec["accelerate_config"])
+    files = [roles_yaml, *(Path(spec["roles"][role]) for role in roles)]
+    if spec["accelerate_config"]:
+        files.append(Path(spec["accelerate_config"]))
     return files
 
 

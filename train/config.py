@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import inspect
 import json
 import textwrap
@@ -21,15 +20,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field
 
-Role = Literal["planner", "router", "primitive", "verifier"]
+from heart_distill.recipes import RecipeError, Role, read_yaml, validate_sections, yaml_problem
+
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
-
-
-class RecipeError(ValueError):
-    """A recipe that cannot run; the message names the field and the problem."""
 
 
 @dataclass
@@ -152,25 +148,6 @@ def field_help(cls: type) -> dict[str, str]:
     return helps
 
 
-def _check_keys(data: Any, cls: type, where: str) -> None:
-    """Unknown keys fail with the closest known one (pydantic ignores extras on dataclasses)."""
-    if not isinstance(data, dict):
-        raise RecipeError(f"{where or 'recipe'}: expected a mapping of {cls.__name__} fields, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key, value in data.items():
-        name = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean '{where + '.' if where else ''}{close[0]}'?" if close else ""
-            raise RecipeError(f"unknown key '{name}'{hint} (known: {', '.join(fields)})")
-        if cls is Recipe:
-            _check_keys(value, _SECTIONS[key], name)
-
-
-_SECTIONS = {"model": ModelConfig, "lora": LoraConfig, "sft": SFTSettings, "data": DataConfig,
-             "output": OutputConfig}
-
-
 def _apply_override(data: dict[str, Any], override: str) -> None:
     if "=" not in override:
         raise RecipeError(f"override {override!r} is not of the form section.key=value")
@@ -184,38 +161,7 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
     try:
         node[parts[1]] = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
-        raise RecipeError(f"override {override!r}: the value is not valid YAML ({_yaml_problem(err)})") from None
-
-
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    """One line: what the YAML parser objects to, and where."""
-    mark = getattr(err, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{getattr(err, 'problem', None) or err}{where}"
-
-
-def _read_yaml(path: Path, what: str) -> Any:
-    """The parsed YAML file, or a RecipeError naming the file and the problem."""
-    if not path.is_file():
-        raise RecipeError(f"{what} {path} does not exist")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise RecipeError(f"{path}: malformed YAML: {_yaml_problem(err)}") from None
-    except UnicodeDecodeError as err:
-        raise RecipeError(f"{path}: not a UTF-8 text file ({err.reason})") from None
-
-
-def _validate(data: dict[str, Any], source: str) -> Recipe:
-    _check_keys(data, Recipe, "")
-    try:
-        return TypeAdapter(Recipe).validate_python(data)
-    except ValidationError as err:
-        problems = []
-        for e in err.errors():
-            loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("function-", "constrained")))
-            problems.append(f"'{loc}': {e['msg']} (got {e['input']!r})")
-        raise RecipeError(f"{source}: invalid recipe: " + "; ".join(problems)) from None
+        raise RecipeError(f"override {override!r}: the value is not valid YAML ({yaml_problem(err)})") from None
 
 
 def check_dataset_dir(recipe: Recipe) -> None:
@@ -293,12 +239,12 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, check_path
     dataset folder, or an adapter (to continue, or a checkpoint in output.dir) of another base.
     """
     path = Path(path)
-    data = _read_yaml(path, "recipe") or {}
+    data = read_yaml(path, "recipe") or {}
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe is a mapping of sections, got {type(data).__name__}")
     for override in overrides or []:
         _apply_override(data, override)
-    recipe = _validate(data, str(path))
+    recipe = validate_sections(data, Recipe, str(path))
     if not recipe.output.dir:
         raise RecipeError(f"{path}: 'output.dir' is empty: give the adapter folder to write")
     if check_paths:
@@ -312,7 +258,7 @@ def role_overrides(path: str | Path, overrides: list[str] | None) -> list[str]:
     overrides = overrides or []
     if not any("{role}" in o for o in overrides):
         return overrides
-    data = _read_yaml(Path(path), "recipe") or {}
+    data = read_yaml(Path(path), "recipe") or {}
     role = (data.get("data") or {}).get("role") if isinstance(data, dict) else None
     for override in overrides:
         if override.split("=", 1)[0].strip() == "data.role":
@@ -320,26 +266,3 @@ def role_overrides(path: str | Path, overrides: list[str] | None) -> list[str]:
     if not role:
         raise RecipeError(f"{path}: an override uses {{role}} but the recipe names no data.role")
     return [o.replace("{role}", str(role)) for o in overrides]
-
-
-def load_roles(path: str | Path) -> dict[str, Any]:
-    """A ``roles.yaml``: {accelerate_config: path, roles: {role: recipe path}}, paths made absolute."""
-    path = Path(path)
-    data = _read_yaml(path, "roles recipe") or {}
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: a roles recipe is a mapping {{accelerate_config: PATH, roles: "
-                          f"{{ROLE: RECIPE}}}}, got {type(data).__name__}")
-    unknown = set(map(str, data)) - {"accelerate_config", "roles"}
-    if unknown:
-        raise RecipeError(f"{path}: unknown key(s) {sorted(unknown)} (known: accelerate_config, roles)")
-    roles = data.get("roles") or {}
-    if not isinstance(roles, dict):
-        raise RecipeError(f"{path}: 'roles' must map each role to its recipe file, got {type(roles).__name__}")
-    bad = set(roles) - {"planner", "router", "primitive", "verifier"}
-    if bad:
-        raise RecipeError(f"{path}: 'roles' has unknown role(s) {sorted(map(str, bad))}")
-    accelerate_config = data.get("accelerate_config")
-    return {
-        "accelerate_config": str(path.parent / accelerate_config) if accelerate_config else None,
-        "roles": {role: str(path.parent / recipe) for role, recipe in roles.items()},
-    }

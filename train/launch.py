@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from heart_distill.train.config import Recipe, RecipeError, load_recipe, load_roles, role_overrides
+from heart_distill.recipes import load_roles
+from heart_distill.train.config import Recipe, RecipeError, load_recipe, role_overrides
 
 RECIPE_SECTIONS = frozenset(f.name for f in dataclasses.fields(Recipe))
 """Top-level keys of one role's recipe (a roles.yaml has ``accelerate_config`` and ``roles``)."""
@@ -43,14 +44,20 @@ def role_command(recipes: str | list[str], accelerate_config: str | None, overri
     return [*accelerate, "-m", "heart_distill.train.sft", *recipe_args, *overrides]
 
 
-def _is_role_recipe(path: Path) -> bool:
-    """Whether ``path`` is one role's recipe (model/lora/sft/data/output) rather than a roles.yaml;
-    a file that cannot be read says no, and :func:`load_roles` then names its problem."""
+def _recipe_kind(path: Path) -> str:
+    """"role" for one role's recipe (model/lora/sft/data/output), "pipeline" for a ``heart
+    pipeline`` recipe (run_dir, stages), else "roles"; a file that cannot be read is "roles",
+    and :func:`load_roles` then names its problem."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    return isinstance(data, dict) and "roles" not in data and bool(set(map(str, data)) & RECIPE_SECTIONS)
+        return "roles"
+    if not isinstance(data, dict) or "roles" in data:
+        return "roles"
+    keys = set(map(str, data))
+    if "run_dir" in keys:
+        return "pipeline"
+    return "role" if keys & RECIPE_SECTIONS else "roles"
 
 
 def training_spec(recipe_path: str | Path, overrides: list[str] | None = None) -> dict:
@@ -58,9 +65,16 @@ def training_spec(recipe_path: str | Path, overrides: list[str] | None = None) -
     (e.g. recipes/smollm2-135m/router.yaml), that role alone, with the accelerate config of the
     roles.yaml beside it (none there: accelerate's defaults). Raises RecipeError."""
     path = Path(recipe_path)
-    if not _is_role_recipe(path):
+    kind = _recipe_kind(path)
+    if kind == "pipeline":
+        raise RecipeError(f"{path} is a pipeline recipe: run it with `heart pipeline --recipe {path}` "
+                          "(`heart train` takes a roles.yaml or one role's recipe)")
+    if kind == "roles":
         return load_roles(path)
-    role = load_recipe(path, role_overrides(path, overrides), check_paths=False).data.role
+    try:
+        role = load_recipe(path, role_overrides(path, overrides), check_paths=False).data.role
+    except RecipeError as err:
+        raise RecipeError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
     beside = path.parent / "roles.yaml"
     accelerate_config = load_roles(beside)["accelerate_config"] if beside.is_file() else None
     where = accelerate_config or "accelerate's defaults (no roles.yaml beside it)"

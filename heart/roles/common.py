@@ -31,6 +31,16 @@ def render_input(instruction: str, payload: dict[str, Any]) -> str:
     return f"{instruction}\n{block}"
 
 
+def build_role_messages(system_prompt: str, instruction: str, payload: dict[str, Any]) -> list[dict[str, str]]:
+    """A role call's messages: the role's system prompt, then one user message holding the
+    instruction and the input (:func:`render_input`). Each role's ``build_messages`` calls
+    this with its own prompt and instruction."""
+    return [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": render_input(instruction, payload)},
+    ]
+
+
 _FENCED = "INPUT:\n```json\n"
 """The older fenced rendering of role inputs: still read, so traces written with it still build."""
 

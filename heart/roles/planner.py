@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import FUNCTION_WORDS, ParseResult, clip_phrase, clip_words, parse_model, render_input
+from heart.roles.common import FUNCTION_WORDS, ParseResult, build_role_messages, clip_phrase, clip_words, parse_model
 
 ROLE = "planner"
 
@@ -178,10 +178,7 @@ def executed_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": system_prompt},
-        {"role": "user", "content": render_input(INSTRUCTION, payload)},
-    ]
+    return build_role_messages(system_prompt, INSTRUCTION, payload)
 
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PlannerOutput]:

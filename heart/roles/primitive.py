@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import ParseResult, parse_model, render_input
+from heart.roles.common import ParseResult, build_role_messages, parse_model
 
 ROLE = "primitive"
 
@@ -70,10 +70,7 @@ def build_payload(
 
 
 def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": system_prompt},
-        {"role": "user", "content": render_input(INSTRUCTION, payload)},
-    ]
+    return build_role_messages(system_prompt, INSTRUCTION, payload)
 
 
 def parse(text: str, tool_name: str) -> ParseResult[PrimitiveOutput]:

@@ -13,16 +13,30 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import ParseResult, parse_model, render_input
+from heart.roles.common import ParseResult, build_role_messages, parse_model
 
 ROLE = "router"
+
+DEFAULT_TIMEOUT_S = 30
+"""A step's timeout when the Router does not set one (D.2)."""
+
+READ_VERBS = ("get", "list", "search", "find", "read", "check", "display", "show", "view", "ls", "cat", "pwd",
+              "grep", "du", "wc", "diff", "tail", "head", "estimate", "mean", "compute", "count", "verify",
+              "query", "lookup", "retrieve", "fetch", "calculate", "convert")
+"""First words of tool names that only read: their calls are idempotent, so they may be retried."""
+
+
+def is_read_only(tool: str) -> bool:
+    """A tool whose name starts with a reading verb (``get_balance``, ``ls``, ``search_emails``)."""
+    return tool.lower().replace("-", "_").split("_", 1)[0] in READ_VERBS
+
 
 SYSTEM_PROMPT = """You are the Router of a tool-using assistant.
 Given the user's query, the clarifications, the conversation so far, earlier results and a plan, write one dispatch per plan step:
 - "target_tool": the step's tool_hint;
 - "invocation_request": one sentence telling the tool exactly what to do;
 - "resolved_bindings": a value for every required parameter of the tool (and the optional ones the request needs). Take each value from the context; if it will come from an earlier step's result, write "$step_<j>.<field>" (for example "$step_1.result.file_content"). Never invent a value that is not grounded in the context. Resolve a value shared by several steps once and reuse it;
-- "h_params": {"retry": attempts 1-5, "priority": "low", "normal" or "high" (among ready steps, higher runs first), "timeout_s": integer seconds, default 30}.
+- "h_params": {"retry": attempts 1-5 (more than 1 only for a tool that just reads: a write retried could run twice), "priority": "low", "normal" or "high" (among ready steps, higher runs first; "high" for a step whose result a later step needs), "timeout_s": integer seconds, default 30}.
 Answer with one JSON object and nothing else:
 {"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
 
@@ -62,7 +76,7 @@ class HParams(BaseModel):
     """Attempts at execution (1 = no retry); re-runs on RUNTIME_ERROR only."""
     priority: Literal["low", "normal", "high"] = "normal"
     """Among steps whose dependencies are met, higher priority runs first."""
-    timeout_s: int = Field(default=30, ge=1, le=300)
+    timeout_s: int = Field(default=DEFAULT_TIMEOUT_S, ge=1, le=300)
 
 
 class Dispatch(BaseModel):
@@ -120,10 +134,7 @@ def build_payload(
 
 
 def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": system_prompt},
-        {"role": "user", "content": render_input(INSTRUCTION, payload)},
-    ]
+    return build_role_messages(system_prompt, INSTRUCTION, payload)
 
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RouterOutput]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from heart.roles.common import ParseResult, clip_words, parse_model, render_input
+from heart.roles.common import ParseResult, build_role_messages, clip_words, parse_model
 
 ROLE = "verifier"
 
@@ -26,15 +26,21 @@ SYSTEM_PROMPT = """You are the Verifier of a tool-using assistant. Judge the exe
 - argument_consistency: the arguments match the query, the clarifications, the conversation and earlier results, and the tool's schema (types, enums, constraints); no required field swapped or omitted;
 - execution_validity: the tool ran and returned SUCCESS with a well-formed result (a FAILURE or an error result fails this);
 - constraint_satisfaction: the user's constraints and preferences (names, amounts, dates, recipients, limits), rate limits, access permissions and business rules are respected.
-PASS only if all four pass; then "feedback" is "". On FAIL, "feedback" lists every failed criterion, root cause first: the step, the argument, what the user asked for and what was used, and what to do instead. Never speculate beyond the evidence in the input.
+Judge the criteria first; the status follows from them: "PASS" only if all four pass, and then "feedback" is "". On FAIL, "feedback" lists every failed criterion, root cause first: the step, the argument, what the user asked for and what was used, and what to do instead. Never speculate beyond the evidence in the input.
 Answer with one JSON object and nothing else:
-{"status": "PASS" or "FAIL", "step": <step number>, "criteria": {"task_completion": "pass", "argument_consistency": "pass", "execution_validity": "pass", "constraint_satisfaction": "pass"}, "feedback": ""}"""
+{"step": <step number>, "criteria": {"task_completion": "pass", "argument_consistency": "pass", "execution_validity": "pass", "constraint_satisfaction": "pass"}, "status": "PASS" or "FAIL", "feedback": ""}"""
 
 SHORT_SYSTEM_PROMPT = "HEART Verifier."
 
-RESPONSE_PREFIX = '{"status": "'
+RESPONSE_PREFIX = '{"step": '
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
+
+ANSWER_ORDER = ("step", "criteria", "status", "feedback")
+"""Key order of an answer. The paper's D.4 prints the status first; here the criteria come
+before it, so a model commits to its four judgments and the verdict follows from them: with
+constrained decoding (:func:`output_schema`) a FAIL whose criteria all pass, or a PASS with a
+failed criterion, cannot be written at all."""
 
 INSTRUCTION = "Verify this step."
 ATTEMPT_INSTRUCTION = "Verify this attempt."
@@ -124,10 +130,7 @@ def build_payload(
 
 def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
     instruction = INSTRUCTION if len(payload["steps"]) == 1 else ATTEMPT_INSTRUCTION
-    return [
-        {"role": "system", "content": system_prompt},
-        {"role": "user", "content": render_input(instruction, payload)},
-    ]
+    return build_role_messages(system_prompt, instruction, payload)
 
 
 def parse(text: str) -> ParseResult[VerifierOutput]:
@@ -142,21 +145,32 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[VerifierO
     return result
 
 
-def output_schema(steps: list[int]) -> dict[str, Any]:
-    """JSON Schema of a valid verdict: PASS only with all four criteria passing and empty
-    feedback, FAIL only with feedback; ``step`` one of the steps judged. (That a FAIL names
-    at least one failed criterion is left to the parser: grammars handle it poorly.)"""
-    def variant(status: str, criterion: dict[str, Any], feedback: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False,
-                "required": ["status", "step", "criteria", "feedback"],
-                "properties": {"status": {"const": status}, "step": {"enum": list(steps) or [0]},
-                               "criteria": {"type": "object", "additionalProperties": False,
-                                            "required": list(CRITERIA), "properties": {c: criterion for c in CRITERIA}},
-                               "feedback": feedback}}
+def answer(step: int, criteria: dict[str, str], feedback: str = "") -> dict[str, Any]:
+    """A verdict in :data:`ANSWER_ORDER`, its status derived from the criteria (teachers write
+    their answers through this, so every training answer has the serving key order)."""
+    marks = {c: criteria[c] for c in CRITERIA}
+    status = "FAIL" if "fail" in marks.values() else "PASS"
+    return {"step": step, "criteria": marks, "status": status, "feedback": feedback if status == "FAIL" else ""}
 
-    return {"anyOf": [variant("PASS", {"const": "pass"}, {"const": ""}),
-                      variant("FAIL", {"enum": ["pass", "fail"]},
-                              {"type": "string", "minLength": 1, "maxLength": FEEDBACK_CHARS})]}
+
+def output_schema(steps: list[int]) -> dict[str, Any]:
+    """JSON Schema of a valid verdict, criteria before status: PASS exactly when all four
+    criteria pass (then empty feedback), FAIL exactly when one fails (then feedback); ``step``
+    one of the steps judged. FAIL's criteria are the four ways to name the first failed one
+    (those before it pass, it fails, those after are free), so the alternatives never overlap."""
+    def variant(status: str, criteria: dict[str, Any], feedback: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": False, "required": list(ANSWER_ORDER),
+                "properties": {"step": {"enum": list(steps) or [0]},
+                               "criteria": {"type": "object", "additionalProperties": False,
+                                            "required": list(CRITERIA), "properties": criteria},
+                               "status": {"const": status}, "feedback": feedback}}
+
+    passing = {c: {"const": "pass"} for c in CRITERIA}
+    failing = [{c: ({"const": "pass"} if i < first else {"const": "fail"} if i == first else {"enum": ["pass", "fail"]})
+                for i, c in enumerate(CRITERIA)} for first in range(len(CRITERIA))]
+    feedback = {"type": "string", "minLength": 1, "maxLength": FEEDBACK_CHARS}
+    return {"anyOf": [variant("PASS", passing, {"const": ""}),
+                      *(variant("FAIL", criteria, feedback) for criteria in failing)]}
 
 
 def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:

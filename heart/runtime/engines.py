@@ -13,7 +13,7 @@ switches engine with one argument.
   ``bench/runtime.py``, ``heart check parity --engines llamacpp``). ``llamacpp:f16`` (or
   another precision of :data:`heart.runtime.gguf_files.BASE_WEIGHTS`) names the base's
   weights: f16 is faster again at both prefill and decoding, and on the pipeline's held-out
-  role inputs it gave the same answers as peft for 126 of 128 calls (README).
+  role inputs it gave the same answers as peft for 126 of 128 calls (docs/serving.md).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ How it is laid out:
   cost grows with the tokens it feeds, so drafting is limited to calls with few rows
   (``DRAFT_ENTRIES``): it buys most where calls come one or a few at a time (the loop,
   ``heart serve``, concurrent episodes: 10 BFCL episodes and the pipeline's e2e stage, see
-  the README) and nothing in a full batch. Sampled rows do not draft.
+  docs/performance.md) and nothing in a full batch. Sampled rows do not draft.
 * **Same inputs as every other engine.** Prompts are rendered and tokenised by the base's
   transformers tokenizer (:class:`~heart.runtime.chat.ChatFormat`) and fed as token ids; JSON
   schemas are enforced with xgrammar on the logits, exactly as in-process.

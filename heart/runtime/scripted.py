@@ -149,6 +149,13 @@ OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}", "{Purpose}{args}.")
 REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
 
 
+def h_params(tool: str) -> dict[str, Any]:
+    """The gold Router's h-params, derived from the tool: retries (3) for idempotent reads
+    only — a write retried after a timeout could run twice —, priority "normal" (raised to
+    "high" for a step whose result a later step reads), the default timeout."""
+    return {"retry": 3 if router.is_read_only(tool) else 1, "priority": "normal", "timeout_s": router.DEFAULT_TIMEOUT_S}
+
+
 @dataclass
 class _TurnState:
     turn: int
@@ -330,14 +337,15 @@ class GoldTeacher:
             elif fault:
                 state.primitive_faults[i] = "wrong_argument" if fault == "stale_reference" else fault
             state.pending.append((i, call))
+            if references and dispatch:  # this step reads the previous one's result: that one goes first
+                dispatch[-1]["h_params"]["priority"] = "high"
             dispatch.append({
                 "step": i, "target_tool": call.name,
                 "invocation_request": self._fill(REQUESTS, call.name, self._description(call.name),
                                                  self._args_parts(call.arguments, text, references),
                                                  router.REQUEST_CHARS),
                 "resolved_bindings": bindings,
-                "h_params": {"retry": self.rng.choice((1, 1, 2)), "priority": "normal",
-                             "timeout_s": self.rng.choice((30, 30, 60))},
+                "h_params": h_params(call.name),
             })
         return {"status": "READY", "dispatch": dispatch}, meta
 
@@ -466,12 +474,11 @@ class GoldTeacher:
             feedback = clip_words(f"Step {entry['step']} ({entry['tool']}) ran as asked; the request is not done. "
                                   f"Still to do: {todo}.", verifier.FEEDBACK_CHARS)
             criteria = {**dict.fromkeys(verifier.CRITERIA, "pass"), "task_completion": "fail"}
-            return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
+            return (verifier.answer(entry["step"], criteria, feedback),
                     {"fault_kind": "incomplete"})
         if failing is None:
             step = steps[-1]["step"] if steps else 0
-            return ({"status": "PASS", "step": step, "criteria": dict.fromkeys(verifier.CRITERIA, "pass"),
-                     "feedback": ""}, {"fault_kind": "none"})
+            return verifier.answer(step, dict.fromkeys(verifier.CRITERIA, "pass")), {"fault_kind": "none"}
         entry, criteria, feedback, kind = failing
-        return ({"status": "FAIL", "step": entry["step"], "criteria": criteria, "feedback": feedback},
+        return (verifier.answer(entry["step"], criteria, feedback),
                 {"fault_kind": kind})

@@ -83,11 +83,11 @@ def echo_bindings(payload: dict) -> dict:
 
 
 def verdict(payload: dict, status: str = "PASS", feedback: str = "", failed: tuple = ()) -> dict:
-    """A D.4 verdict on the (first) step of the Verifier's input."""
+    """A D.4 verdict on the (first) step of the Verifier's input, in the serving key order."""
     step = payload["steps"][0]["step"] if payload["steps"] else 0
     criteria = {c: "fail" if c in failed else "pass" for c in
                 ("task_completion", "argument_consistency", "execution_validity", "constraint_satisfaction")}
-    return {"status": status, "step": step, "criteria": criteria, "feedback": feedback}
+    return {"step": step, "criteria": criteria, "status": status, "feedback": feedback}
 
 
 def PASS(payload: dict) -> dict:

@@ -254,3 +254,8 @@ def test_train_with_a_lone_role_recipe_uses_accelerates_defaults(tmp_path, monke
 def test_train_with_one_roles_recipe_and_another_role_is_clear(capsys):
     assert_clear(*run(["train", "--recipe", f"{RECIPES}/router.yaml", "--roles", "planner"], capsys),
                  "router.yaml", "no recipe for role(s) ['planner']", "router")
+
+
+def test_train_with_a_pipeline_recipe_names_heart_pipeline(capsys):
+    assert_clear(*run(["train", "--recipe", f"{RECIPES}/pipeline.yaml"], capsys),
+                 "pipeline.yaml", "heart pipeline --recipe")

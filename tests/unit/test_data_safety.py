@@ -1,7 +1,7 @@
 """Data safety: collections never share a shard, appends never bury a torn line, concurrent
 writers never lose an update, and a re-build never leaves a half-old, half-new dataset.
 
-Each test here reproduces a defect of issue 13 (it failed before the fix).
+Each test here reproduces a way data could be lost or mixed, and fails if the guard against it goes.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_appending_after_a_kill_does_not_bury_the_torn_line(tmp_path):
         assert writer.dropped_torn_bytes == 20
         writer.write(event(1))
     stats = TraceReadStats()
-    rows = list(read_trace(path, stats))  # raised "malformed trace line" before the fix
+    rows = list(read_trace(path, stats))  # an unguarded append makes this "malformed trace line"
     assert [r["step"] for r in rows] == [0, 1] and stats.torn_lines == 0
 
 

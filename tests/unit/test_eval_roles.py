@@ -69,7 +69,7 @@ def test_the_teachers_own_answers_score_perfectly(heldout, tmp_path):
                   backend=echo)
     f = results["figures"]
     rows = [json.loads(line) for line in (tmp_path / "roles_examples.jsonl").read_text().splitlines()]
-    # The gold teacher sometimes plans with a tool ToolFace did not retrieve (issue 8): the
+    # The gold teacher sometimes plans with a tool ToolFace did not retrieve (a retrieval miss): the
     # loop's parser refuses that answer from a student, so it scores as a parse failure.
     planner_rows = [r for r in rows if r["role"] == "planner"]
     refused = [r for r in planner_rows if r["parse_failure"]]

@@ -187,3 +187,48 @@ def test_a_retrieval_miss_is_named_by_the_verifier_and_found_by_the_replan(agent
         if records[task]["success"] and misses and misses <= shown[-1] and not misses & shown[0]:
             recovered.append(task)
     assert recovered, "no missed tool came into view on a re-plan"
+
+
+def test_task_completion_fails_of_unfinished_turns_are_labelled_fail_by_the_environment(agentdojo_rows):
+    """The Verifier's "still to do" FAILs (a clean attempt that left the turn unfinished) are
+    confirmed by the environment — a later attempt of the turn ran a tool this one never ran,
+    in an episode the checker accepted — so they reach the Verifier's dataset."""
+    from heart_distill.data.filters import EpisodeFacts, teacher_verdict
+
+    records, _ = episodes(agentdojo_rows)
+    events = [r for r in agentdojo_rows if r["kind"] == "event"]
+    by_episode: dict = {}
+    for event in events:
+        by_episode.setdefault(event["episode_id"], []).append(event)
+    labelled = []
+    for episode_events in by_episode.values():
+        record = records[episode_events[0]["task_id"]]
+        facts = EpisodeFacts.from_events(record, episode_events)
+        for event in episode_events:
+            if event["role"] == "verifier" and event["extra"].get("fault_kind") == "incomplete" and facts.success:
+                labelled.append(facts.env_verdict(event) == teacher_verdict(event) == "FAIL")
+    assert labelled and all(labelled)
+
+
+def test_gold_router_h_params_follow_their_rule(bfcl_rows, agentdojo_rows):
+    """Retries for idempotent reads only; priority "high" exactly for a step whose result a
+    later step reads ($step_j references); the default timeout."""
+    from heart.roles.router import DEFAULT_TIMEOUT_S, is_read_only
+
+    dispatches = [d for r in [*bfcl_rows, *agentdojo_rows] if r["kind"] == "event" and r["role"] == "router"
+                  and isinstance(r["parsed"], dict) for d in r["parsed"]["dispatch"]]
+    assert dispatches
+    kinds = set()
+    for r in [*bfcl_rows, *agentdojo_rows]:
+        if r["kind"] != "event" or r["role"] != "router" or not isinstance(r["parsed"], dict):
+            continue
+        steps = r["parsed"]["dispatch"]
+        read_by_later = {int(v.split(".")[0][len("$step_"):]) for d in steps for v in d["resolved_bindings"].values()
+                         if isinstance(v, str) and v.startswith("$step_")}
+        for d in steps:
+            h = d["h_params"]
+            assert h["retry"] == (3 if is_read_only(d["target_tool"]) else 1), d
+            assert h["priority"] == ("high" if d["step"] in read_by_later else "normal"), d
+            assert h["timeout_s"] == DEFAULT_TIMEOUT_S
+            kinds.add((h["retry"], h["priority"]))
+    assert {k[0] for k in kinds} == {1, 3} and {k[1] for k in kinds} == {"normal", "high"}

@@ -87,8 +87,10 @@ def test_every_package_folder_is_listed_in_pyproject():
     wanted = {installed_name(folder): folder.relative_to(REPO).as_posix() for folder in folders}
     missing = {name: folder for name, folder in wanted.items() if name not in packages}
     assert not missing, f"package folders missing from pyproject's [tool.setuptools] packages: {missing}"
-    stale = sorted(packages - set(wanted))
-    assert not stale, f"pyproject lists packages with no folder holding an __init__.py: {stale}"
+    folders = {installed_name(d) for top in SOURCE_FOLDERS for d in [REPO / top, *(REPO / top).rglob("*")]
+               if d.is_dir() and "__pycache__" not in d.parts}
+    stale = sorted(packages - folders)  # a data folder (train/templates) may be listed; a missing one may not
+    assert not stale, f"pyproject lists packages with no folder in the repository: {stale}"
 
 
 def test_installed_names_follow_the_package_dir_mapping():

@@ -391,7 +391,7 @@ def test_prefill_starts_each_answer_and_traces_a_plain_conversation(world):
     trace.close()
     assert result.verdict == "PASS"
     assert [m[-1]["content"] for m in sent] == ['{"status": "', '{"status": "READY", "dispatch": [',
-                                                '{"tool": "', '{"status": "']
+                                                '{"tool": "', '{"step": ']
     rows = list(read_trace(trace_path))
     assert all(r["messages"][-1]["role"] == "user" for r in rows)  # no prefill in the dataset's view
     assert all(r["raw_output"].startswith(r["extra"]["prefill"]) and r["parse_error"] is None for r in rows)

@@ -217,10 +217,11 @@ def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
         load_pipeline(path)
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "recipes").glob("*/pipeline.yaml")), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", sorted([*(REPO / "recipes").glob("*/pipeline.yaml"), *(REPO / "recipes").glob("*/benchmark.yaml")]),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_shipped_pipeline_recipes_load(path):
     config, folder = load_pipeline(path)
-    assert path.read_text().startswith(f"# heart pipeline --recipe recipes/{path.parent.name}/pipeline.yaml")
+    assert path.read_text().startswith(f"# heart pipeline --recipe recipes/{path.parent.name}/{path.name}")
     assert (folder / config.train.recipe).is_file()
     assert pipeline._recipe_files(folder / config.train.recipe, config.train.roles)
 

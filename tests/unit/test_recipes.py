@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heart_distill.train.config import Recipe, load_recipe, load_roles
+from heart_distill.recipes import load_roles
+from heart_distill.train.config import Recipe, load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml")
-                      if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "pipeline.yaml"))
+                      if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "pipeline.yaml", "benchmark.yaml"))
 ROLES_FILES = sorted(RECIPES.glob("*/roles.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
 

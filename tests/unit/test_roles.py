@@ -176,3 +176,23 @@ def test_every_role_has_a_full_and_short_system_prompt():
     for module in (planner, router, primitive, verifier):
         assert len(module.SHORT_SYSTEM_PROMPT) < len(module.SYSTEM_PROMPT) / 4
         assert module.ROLE in ("planner", "router", "primitive", "verifier")
+
+
+def test_verifier_schema_admits_exactly_the_verdict_its_criteria_imply():
+    """Criteria come before the status; over all 16 criteria marks, the serving schema admits
+    PASS only when all pass and FAIL only when one fails, and ``verifier.answer`` writes it."""
+    import itertools
+
+    import jsonschema
+
+    schema = verifier.output_schema([3])
+    for marks in itertools.product(["pass", "fail"], repeat=4):
+        criteria = dict(zip(verifier.CRITERIA, marks))
+        good = verifier.answer(3, criteria, "fix step 3")
+        assert list(good) == list(verifier.ANSWER_ORDER)
+        jsonschema.validate(good, schema)
+        assert verifier.parse(json.dumps(good)).ok
+        flipped = dict(good, status="PASS" if good["status"] == "FAIL" else "FAIL",
+                       feedback="" if good["status"] == "FAIL" else "fix step 3")
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(flipped, schema)

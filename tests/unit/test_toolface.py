@@ -258,7 +258,7 @@ def test_retrieval_config_rejects_bad_values():
         RetrievalConfig(k=0)
 
 
-# -- cache writes under concurrency (issue 13) ----------------------------------------------
+# -- cache writes under concurrency ---------------------------------------------------------
 def test_threads_on_a_cold_cache_embed_a_shared_text_once(tmp_path, monkeypatch):
     """Every thread embeds the same text into an empty cache at once, as concurrent episodes
     do with the query log and a shared class's tools. The text is encoded once and written
