@@ -58,7 +58,7 @@ def measure(args: argparse.Namespace) -> int:
     from agentdojo.attacks.attack_registry import load_attack
     from tqdm import tqdm
 
-    from heart_distill.data.teachers import GoldTeacher
+    from heart.runtime.scripted import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.traces import TraceWriter, read_trace

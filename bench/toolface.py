@@ -186,7 +186,7 @@ def print_sessions(results: dict[str, dict]) -> None:
 
 
 def measure_loop(env_name: str, limit: int | None, n_boot: int) -> dict:
-    from heart_distill.data.teachers import GoldTeacher
+    from heart.runtime.scripted import GoldTeacher
     from heart_distill.eval.e2e import EpisodeEvents
     from heart.episode import run_episode
 

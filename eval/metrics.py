@@ -11,8 +11,9 @@ each with a bootstrap 95% interval and n (:mod:`eval.stats`).
   compared symbolically: ``$step_1.x`` is ``$step_1.result.x``, as the loop resolves it),
   h-params validity (retry in [1, 5], priority low | normal | high, integer timeout_s > 0);
 - Primitive: exact match of arguments after schema normalisation (the loop's own binding:
-  coercion, enum matching, defaults), failure-type accuracy (the outcome of binding the
-  prediction vs the target's, on examples whose target is a failure);
+  coercion, enum matching, defaults; a code primitive's expression, whitespace aside),
+  failure-type accuracy (the outcome of binding the prediction vs the target's, on examples
+  whose target is a failure);
 - Verifier: verdict accuracy against the environment's label, precision / recall / F1 with
   FAIL as the positive class, per-criterion accuracy against the teacher's criteria;
 - every role: parse-failure rate, prompt and completion tokens per call, latency per call.
@@ -129,6 +130,11 @@ def bind_outcome(output: dict[str, Any], schema: dict[str, Any]) -> tuple[str, d
 
     if output.get("status") == "UNRESOLVABLE":
         return SCHEMA_RESOLUTION, None
+    if output.get("family") == "code":  # a code primitive's answer: its expression, spacing aside
+        expression = output.get("expression")
+        if not isinstance(expression, str) or not expression.strip():
+            return SCHEMA_RESOLUTION, None
+        return NO_FAILURE, {"expression": " ".join(expression.split())}
     try:
         return NO_FAILURE, bind_arguments(output.get("arguments") or {}, schema)
     except BindingError as err:

@@ -33,7 +33,8 @@ class Account:
             w(f"  [attempt {p['attempt']}] plan{again} ({_short(plan.intent.task or 'no task stated', 120)}):")
             for s in plan.plan:
                 deps = f" after {s.dependencies}" if s.dependencies else ""
-                w(f"    {s.step}. {s.tool_hint}{deps}: {_short(s.objective, 120)}")
+                code = " (code)" if s.family == "code" else ""
+                w(f"    {s.step}. {s.tool_hint}{code}{deps}: {_short(s.objective, 120)}")
         elif kind == "dispatch":
             for d in p["dispatch"].dispatch:
                 h = d.h_params
@@ -41,7 +42,10 @@ class Account:
                   f"(retry={h.retry}, priority={h.priority}, timeout={h.timeout_s}s): {_short(d.invocation_request, 100)}")
         elif kind == "result":
             e = p["envelope"]
-            if e.ok:
+            if e.reused:
+                w(f"    ↺ step {p['step']} {e.tool}: kept from attempt {e.meta['reused']['attempt']} step "
+                  f"{e.meta['reused']['step']} (not run again) → {_short(e.summary or e.details, 120)}")
+            elif e.ok:
                 w(f"    ✓ step {p['step']} {e.tool}({_short(e.bound_arguments, 80)}) → {_short(e.summary, 120)}")
             else:
                 w(f"    ✗ step {p['step']} {e.tool}: {e.failure_type}: {_short(e.details, 140)}")
@@ -63,5 +67,9 @@ class Account:
             r = p["record"]
             w(f"\n═ episode {r.task_id}: score {r.score:.2f} ({'valid' if r.success else 'invalid'} by the "
               f"{r.env} checker), verdicts {r.verdicts}, re-plans {r.replans_used}, {r.wall_s:.1f}s")
+            if r.reused_steps or r.passed_steps_reexecuted or r.state_changing_executed_twice:
+                w(f"  re-plans kept {r.reused_steps} executed step(s) instead of running them again; "
+                  f"passed steps re-executed: {r.passed_steps_reexecuted}, state-changing calls executed "
+                  f"twice: {r.state_changing_executed_twice}")
             if not r.success and r.checker:
                 w(f"  checker: {_short(r.checker, 300)}")

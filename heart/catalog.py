@@ -284,9 +284,12 @@ def session_toolface(environment: Environment, session: EnvironmentSession, tool
                      split: str = "train") -> ToolFace:
     """The ToolFace an episode of ``session.task`` plans with: the session's tools (or
     ``tools``, e.g. the central catalog), the environment's measured settings, and what
-    ``split``'s gold teaches — without the task's own turns."""
-    config = config or retrieval_config(environment)
-    every = tool_statistics(environment, split)
+    ``split``'s gold teaches — without the task's own turns. An environment that serves
+    another's tools (an MCP server wrapping a benchmark, :mod:`heart.environments.mcp`) names
+    that one as ``toolface_source``: its settings and gold teach ToolFace."""
+    source = getattr(environment, "toolface_source", None) or environment
+    config = config or retrieval_config(source)
+    every = tool_statistics(source, split)
     statistics = every.without(session.task.task_id)
     if config.query_log_weight > 0:
         _embed_once(every, cache_dir)

@@ -16,6 +16,7 @@ from typing import Callable
 from heart.catalog import session_toolface
 from heart.calls import BackendError, EpisodeContext, RoleClient
 from heart.environments.base import Environment, Task
+from heart.ledger import COUNTERS
 from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, quiet
 from heart.primitives import contained_tool_calls, summarize
 from heart.runtime.base import Backend, SamplingConfig
@@ -52,7 +53,8 @@ def run_episode(
     """Run ``task`` turn by turn, score it with the benchmark's checker, trace everything.
 
     Infrastructure failures — the backend raising, the checker raising, a tool call
-    abandoned on timeout — end in a record with ``errored=True`` (score 0, counted apart),
+    abandoned on timeout, a session's ``infrastructure_failure`` (an MCP server that died or
+    hung) — end in a record with ``errored=True`` (score 0, counted apart),
     never in an exception or a clean-looking model failure.
     """
     start = time.perf_counter()
@@ -85,6 +87,11 @@ def run_episode(
             error = f"episode: {type(err).__name__}: {err} (at {Path(where.filename).name}:{where.lineno})"
         if error is None and containment.abandoned:
             error = f"tool: {containment.abandoned}"
+        # A session whose tools' infrastructure failed (an MCP server that died, hung or
+        # answered garbage: heart.environments.mcp) says why; its episode proves nothing.
+        broken = getattr(session, "infrastructure_failure", None)
+        if error is None and broken:
+            error = f"tool: {broken}"
 
     score = None
     if error is None:
@@ -92,6 +99,12 @@ def run_episode(
             score = session.score()
         except Exception as err:
             error = f"checker: {type(err).__name__}: {err}"
+    close = getattr(session, "close", None)  # a session holding a connection or a process (MCP)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # the episode is over and scored: a failed close changes nothing
+            pass
     record = EpisodeRecord(
         episode_id=context.episode_id,
         task_id=task.task_id,
@@ -106,6 +119,7 @@ def run_episode(
         wall_s=round(time.perf_counter() - start, 3),
         errored=error is not None,
         error=error,
+        **{name: sum(t.counts[name] for t in turns) for name in COUNTERS},
     )
     if trace is not None:
         trace.write(record)

@@ -45,8 +45,36 @@ Where it departs from the paper, and why:
   every tool of the plan being repaired stays in view. For the same reason a first empty
   plan ("no shown tool serves this") is re-planned once, with tools retrieved for the
   Planner's own statement of the task. A re-plan after a wrongly called step adds nothing.
+- **Primitive families** (HEELO). HEART's Primitives wrap tools; here a step may also be
+  a code step (``"family": "code"``, ``tool_hint`` the Code primitive ``compute``,
+  :mod:`heart.families`), shown to the Planner beside the retrieved tools (unless
+  ``LoopConfig.code`` is off): its Router binds named inputs (``$step_j`` references to
+  earlier results), its Primitive writes one Python expression over them, and
+  :mod:`heart.sandbox` evaluates it — no imports, no I/O, bounded time, memory and output;
+  a hostile or broken expression is a typed FAILURE envelope like a tool's. It is how an
+  answer that needs a value no tool returns (a total, a product, a time span) gets it; the
+  turn's answer quotes its result like any step's. A code step has no effect, so the
+  ledger below does not track it.
+- **Re-plans revise only the implicated work** (HEELO's COMPOSE). Algorithm 1 re-plans and
+  runs the new plan whole; a Planner asked "do not redo SUCCESS steps" may still repeat one,
+  and a ``send_money`` that passed then ran twice in one turn. Here the turn keeps a ledger
+  (:class:`heart.ledger.TurnLedger`) and, before a step executes, its call (tool and bound
+  arguments: exactly what would run) is looked up: a call that succeeded and that the
+  Verifier passed is not executed again, and a state-changing call
+  (:func:`heart.roles.router.is_read_only` false) that succeeded is never executed twice in
+  the turn, whatever its verdict. The step gets the earlier envelope, marked ``reused``
+  (``meta.reused`` names the attempt and step that ran it; the trace's Primitive event
+  carries it), is not shown again in ``executed_so_far`` nor quoted twice in the answer, and
+  needs no new verdict when the Verifier had passed it. A read is the same work only on
+  the same state: after a state-changing call it runs again. The plan is still re-planned
+  whole (D.1's ``replanned: true``); what is kept is decided by the call, not by the
+  Planner's step numbers. Each turn counts ``reused_steps``, ``passed_steps_reexecuted`` and
+  ``state_changing_executed_twice`` (:attr:`TurnResult.counts`; the last two are 0 by
+  construction, and measured, not assumed); the episode record sums them.
 - **Whole-attempt variant.** ``LoopConfig.verify = "attempt"`` keeps the earlier design for
-  comparison: all steps run (dependency-aware), then one Verifier call judges the attempt.
+  comparison: all steps run (dependency-aware), then one Verifier call judges the attempt
+  (no step is Verifier-passed before the attempt ends, so only the state-changing rule
+  applies within it).
 """
 
 from __future__ import annotations
@@ -56,11 +84,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from heart.calls import RoleClient
+from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
+from heart.ledger import COUNTERS, TurnLedger
 from heart.primitives import (
+    CODE_TOOL,
     SCHEMA_RESOLUTION,
     BindingError,
     Envelope,
+    bind_arguments,
     clip,
+    execute_code,
     execute_with_retry,
     failure,
     one_line,
@@ -113,6 +146,9 @@ class LoopConfig:
     constrained: bool = False
     """Constrain decoding to each role's output schema (``schema_for_input`` of its input);
     it supersedes ``prefill``. Backends that cannot constrain answer unconstrained."""
+    code: bool = True
+    """Show the Code primitive (HEELO's Code family, :mod:`heart.families`) to the Planner,
+    so a step may compute a value from earlier results; False: tools only, as in HEART."""
 
     def __post_init__(self) -> None:
         if self.verify not in ("step", "attempt"):
@@ -143,6 +179,9 @@ class TurnResult:
     response: str
     attempts: list[Attempt]
     clarifications: list[dict[str, str]]
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    """The turn ledger's counters: ``reused_steps`` (steps served an earlier envelope),
+    ``passed_steps_reexecuted`` and ``state_changing_executed_twice`` (0 by construction)."""
 
     @property
     def replans_used(self) -> int:
@@ -173,6 +212,9 @@ class HeartLoop:
         self.ask_user = ask_user
         self.config = config
         self.observe = observe
+        if config.code and CODE_PRIMITIVE in set(toolface.names()):
+            raise ValueError(f"the environment has a tool named {CODE_PRIMITIVE!r}, the Code primitive's name: "
+                             "run with LoopConfig(code=False)")
 
     # -- Algorithm 1 -----------------------------------------------------------------------
     def solve(self, query: str, conversation: list[dict[str, str]] | None = None) -> TurnResult:
@@ -180,10 +222,16 @@ class HeartLoop:
         # T_q ← T.retrieve(q): names, one-line descriptions and categories, never schemas
         # (the full description: the Planner's input shows each tool's own first sentence)
         tools = self._listed(self.toolface.retrieve(query, self.config.retrieve_k))
+        if self.config.code:  # the Code primitive is always at hand, like the Planner's own arithmetic
+            tools.append({"name": CODE_PRIMITIVE, "description": CODE_DESCRIPTION, "category": CODE_CATEGORY})
         clarifications: list[dict[str, str]] = []
         executed: list[dict[str, Any]] = []
         feedback: list[str] = []  # C: every feedback of the turn stays in context
         attempts: list[Attempt] = []
+        ledger = TurnLedger()  # the calls this turn executed: what a re-plan reuses
+
+        def result(verdict: str, response: str) -> TurnResult:
+            return TurnResult(verdict, response, attempts, clarifications, dict(ledger.counts))
 
         for b in range(self.config.replan_budget + 1):  # the first plan, then ≤ B re-plans
             attempt = Attempt(b)
@@ -193,7 +241,8 @@ class HeartLoop:
                 if looks_further(attempts[-2]):
                     tools = self.more_tools(tools, feedback[-1])
             context = {"query": query, "tools": tools, "conversation": conversation,
-                       "clarifications": clarifications, "executed": executed, "feedback": feedback}
+                       "clarifications": clarifications, "executed": executed, "feedback": feedback,
+                       "ledger": ledger}
 
             # π ← PLANNER(q, T_q, C); an INSUFFICIENT plan asks the user (bounded)
             plan = self.plan(context, attempt)
@@ -217,7 +266,7 @@ class HeartLoop:
                     feedback.append(attempt.feedback)
                     continue
                 attempt.verdict = "PASS"
-                return TurnResult("PASS", NO_TOOL_RESPONSE, attempts, clarifications)
+                return result("PASS", NO_TOOL_RESPONSE)
 
             # D ← ROUTER(π, C)
             dispatch = self.route(context, plan, attempt)
@@ -229,12 +278,16 @@ class HeartLoop:
             # for each step k: r_k ← P_k(x_k; c); VERIFIER(r_k, π_k, s_k); FAIL → C ∪ {ϕ_k}, break
             self.run_steps(context, attempt)
             executed += [{"attempt": b, "step": s, "tool": r.tool, "status": r.status, "summary": r.summary}
-                         for s, r in attempt.results.items() if r.status != "SKIPPED"]
+                         for s, r in attempt.results.items() if r.status != "SKIPPED" and not r.reused]
             if attempt.verdict == "PASS":
-                return TurnResult("PASS", self.response(attempts), attempts, clarifications)
+                return result("PASS", self.response(attempts))
             feedback.append(attempt.feedback)
 
-        return TurnResult("FAIL", self.failure_report(attempts), attempts, clarifications)  # budget spent
+        return result("FAIL", self.failure_report(attempts))  # budget spent
+
+    def primitive_tool(self, name: str):
+        """The Tool a step names: the Code primitive's, or the environment's via ToolFace."""
+        return CODE_TOOL if name == CODE_PRIMITIVE and self.config.code else self.toolface.get(name)
 
     def _listed(self, retrieved) -> list[dict[str, str]]:
         return [{"name": t.name, "description": self.toolface.get(t.name).spec.description, "category": t.category}
@@ -273,8 +326,11 @@ class HeartLoop:
                 continue
             d = min(ready, key=lambda d: (-PRIORITY_RANK[d.h_params.priority], d.step))
             del pending[d.step]
-            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps)
+            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps, context.get("ledger"))
             self.observe("result", {"attempt": attempt.attempt, "step": d.step, "envelope": envelope})
+            if envelope.reused and envelope.meta["reused"].get("passed") and self.config.verify == "step":
+                done.add(d.step)  # the Verifier passed this very call: kept, not judged again
+                continue
             if self.config.verify == "attempt":
                 if envelope.ok:
                     done.add(d.step)
@@ -287,6 +343,8 @@ class HeartLoop:
                 attempt.verdict, attempt.feedback = "FAIL", verdict.feedback
                 return
             done.add(d.step)
+            if context.get("ledger") is not None and not envelope.reused:
+                context["ledger"].passed(attempt.attempt, d.step)
         if self.config.verify == "step":
             attempt.verdict = "PASS"
             return
@@ -330,7 +388,7 @@ class HeartLoop:
     def route(self, context: dict[str, Any], plan: PlannerOutput, attempt: Attempt) -> RouterOutput | None:
         steps = [{"step": s.step, "tool_hint": s.tool_hint, "objective": s.objective, "dependencies": s.dependencies}
                  for s in plan.plan]
-        tools = {s.tool_hint: router.tool_parameters(self.toolface.get(s.tool_hint).spec.parameters)
+        tools = {s.tool_hint: router.parameters_for(s.tool_hint, self.primitive_tool(s.tool_hint).spec.parameters)
                  for s in plan.plan}
         payload = router.build_payload(context["query"], steps, tools, conversation=context["conversation"],
                                        clarifications=context["clarifications"],
@@ -342,8 +400,10 @@ class HeartLoop:
         self.observe("dispatch", {"attempt": attempt.attempt, "dispatch": call.result.value})
         return call.result.value
 
-    def run_primitive(self, d: Dispatch, attempt: Attempt, plan_steps: dict) -> Envelope:
-        tool = self.toolface.get(d.target_tool)
+    def run_primitive(self, d: Dispatch, attempt: Attempt, plan_steps: dict,
+                      ledger: TurnLedger | None = None) -> Envelope:
+        tool = self.primitive_tool(d.target_tool)
+        code = tool is CODE_TOOL
         try:
             bindings = resolve_references(d.resolved_bindings, attempt.results)
         except BindingError as err:
@@ -351,16 +411,40 @@ class HeartLoop:
         # Eq. 1, P_i(x; c): the results of the steps this one depends on
         upstream = [{"step": dep, "tool": attempt.results[dep].tool, "result": clip(attempt.results[dep].result)}
                     for dep in plan_steps[d.step].dependencies if dep in attempt.results]
-        card = primitive.tool_card(tool.name, tool.spec.description, tool.spec.parameters)
+        card = primitive.code_card() if code else primitive.tool_card(tool.name, tool.spec.description,
+                                                                       tool.spec.parameters)
         payload = primitive.build_payload(d.invocation_request, bindings, card, upstream)
         call = self._ask(primitive, payload, attempt.attempt, step=d.step, record=False)
         if not call.ok:
             envelope = failure(tool.name, SCHEMA_RESOLUTION, f"unreadable primitive output: {call.result.error}")
         elif call.result.value.status == "UNRESOLVABLE":
             envelope = failure(tool.name, SCHEMA_RESOLUTION, call.result.value.reason)
-        else:  # retries re-run execution, not the model; every failed attempt stays in meta
-            envelope = execute_with_retry(tool, call.result.value.arguments, d.h_params.timeout_s, d.h_params.retry)
+        elif code:  # the Code family: the expression over the bound inputs, in the sandbox (no effects)
+            envelope = execute_code(call.result.value.expression, bindings, d.h_params.timeout_s)
+        else:
+            envelope = self.execute_once(tool, call.result.value.arguments, d, attempt, ledger)
         self.roles.record(call, envelope=envelope.to_dict())
+        return envelope
+
+    @staticmethod
+    def execute_once(tool, arguments: dict[str, Any], d: Dispatch, attempt: Attempt,
+                     ledger: TurnLedger | None) -> Envelope:
+        """Execute the Primitive's call, unless the turn's ledger holds an execution it must
+        reuse (see the module docstring): then the earlier envelope, marked ``reused``.
+        Retries re-run execution, not the model; every failed attempt stays in meta."""
+        if ledger is not None:
+            try:
+                bound = bind_arguments(arguments, tool.spec.parameters, tool.fn)
+            except BindingError:
+                bound = None  # execution reports the binding failure
+            earlier = ledger.reusable(tool.name, bound) if bound is not None else None
+            if earlier is not None:
+                ledger.reused()
+                return earlier.envelope.as_reused(earlier.attempt, earlier.step, earlier.passed)
+        envelope = execute_with_retry(tool, arguments, d.h_params.timeout_s, d.h_params.retry)
+        if ledger is not None:
+            ledger.ran(tool.name, envelope.bound_arguments, attempt.attempt, d.step, envelope.status,
+                       envelope.failure_type, envelope)
         return envelope
 
     def verify(self, context: dict[str, Any], attempt: Attempt, dispatches: list[Dispatch]) -> VerifierOutput | None:
@@ -371,7 +455,7 @@ class HeartLoop:
         entries = []
         for d in sorted(dispatches, key=lambda d: list(attempt.results).index(d.step)):
             step = plan_steps[d.step]
-            schema = self.toolface.get(d.target_tool).spec.parameters if per_step else None
+            schema = self.primitive_tool(d.target_tool).spec.parameters if per_step else None
             entries.append(verifier.step_entry(
                 {"step": step.step, "tool_hint": step.tool_hint, "objective": step.objective},
                 d.invocation_request, d.resolved_bindings, attempt.results[d.step].for_input(), schema))
@@ -398,6 +482,8 @@ class HeartLoop:
         lines = []
         for a in attempts:
             for s, r in a.results.items():
+                if r.reused:  # quoted where it ran
+                    continue
                 if r.status == "SUCCESS":
                     text = r.result if isinstance(r.result, str) else json.dumps(r.result, ensure_ascii=False, default=str)
                     lines.append(f"{r.tool}: {one_line(text, RESPONSE_RESULT_CHARS)}")

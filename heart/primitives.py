@@ -21,12 +21,19 @@ over ``MAX_RESULT_CHARS`` of JSON is cut to that size (and says so); a call past
 timeout cannot be killed (tools mutate the session's in-memory state, which a process
 could not share), so it is abandoned and the episode's :class:`ToolContainment` is marked:
 later tool calls of the episode are refused and the episode scores as *errored*.
+
+The Code primitive (HEELO's Code family, :mod:`heart.families`) is here too:
+:func:`execute_code` evaluates the Primitive's expression over the step's bound inputs in
+:mod:`heart.sandbox` and wraps the outcome in the same envelope — a refused expression is a
+CONSTRAINT_VIOLATION, an unreadable one (or an input name that is not an identifier) a
+SCHEMA_RESOLUTION, one that fails, times out or runs out of memory a RUNTIME_ERROR.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import contextvars
 import inspect
 import json
@@ -37,7 +44,9 @@ from typing import Any, Iterator
 
 import jsonschema
 
-from heart.toolface import Tool
+from heart import sandbox
+from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PARAMETERS, CODE_PRIMITIVE, family  # noqa: F401
+from heart.toolface import Tool, ToolSpec
 
 SCHEMA_RESOLUTION = "SCHEMA_RESOLUTION"
 CONSTRAINT_VIOLATION = "CONSTRAINT_VIOLATION"
@@ -64,11 +73,26 @@ class Envelope:
     failure_type: str | None = None
     details: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
-    """Execution metadata: ``latency_s``, ``attempts``, ``failed_attempts`` (earlier envelopes)."""
+    """Execution metadata: ``latency_s``, ``attempts``, ``failed_attempts`` (earlier envelopes);
+    ``reused`` when the step was served an earlier execution of the same call instead of
+    running (:mod:`heart.ledger`)."""
 
     @property
     def ok(self) -> bool:
         return self.status == "SUCCESS"
+
+    @property
+    def reused(self) -> bool:
+        """The step did not execute: it was served the envelope of an earlier execution."""
+        return "reused" in self.meta
+
+    def as_reused(self, attempt: int, step: int, passed: bool) -> "Envelope":
+        """This envelope served again to a later step, marked with where it ran (``attempt``,
+        ``step``) and whether the Verifier passed it there; nothing executed (0 attempts)."""
+        return Envelope(self.status, self.tool, dict(self.bound_arguments), self.result, self.summary,
+                        self.failure_type, self.details,
+                        {"latency_s": 0.0, "attempts": 0,
+                         "reused": {"attempt": attempt, "step": step, "passed": passed}})
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -81,13 +105,13 @@ class Envelope:
 
     def for_input(self) -> dict[str, Any]:
         """The envelope as a role's input shows it: the result clipped to RESULT_CHARS, and of
-        the metadata only the attempts made. Latency stays in the trace: a wall-clock figure in
+        the metadata only the attempts made (and ``reused``, for a step that did not run). Latency stays in the trace: a wall-clock figure in
         a role's input would make the same step a different example on every run, and nothing
         a role decides depends on it."""
         row = self.to_dict()
         if "result" in row:
             row["result"] = clip(row["result"])
-        row["meta"] = {k: v for k, v in self.meta.items() if k == "attempts"}
+        row["meta"] = {k: v for k, v in self.meta.items() if k in ("attempts", "reused")}
         return row
 
 
@@ -344,6 +368,42 @@ def execute_with_retry(tool: Tool, arguments: dict[str, Any], timeout_s: float =
     envelope.meta = {"latency_s": round(time.perf_counter() - start, 4), "attempts": attempt,
                      **({"failed_attempts": failed} if failed else {})}
     return envelope
+
+
+# -- the Code primitive (HEELO's Code family; heart.families names the families) --------
+
+_SANDBOX_FAILURES = {"syntax": SCHEMA_RESOLUTION, "input": SCHEMA_RESOLUTION, "refused": CONSTRAINT_VIOLATION,
+                     "not_json": CONSTRAINT_VIOLATION, "too_large": CONSTRAINT_VIOLATION}
+"""Sandbox outcome kind → failure type (the others — error, timeout, memory, crashed — are
+RUNTIME_ERROR: the expression ran and failed)."""
+
+
+def _not_a_tool(**_: Any) -> Any:
+    raise RuntimeError("the Code primitive runs through heart.primitives.execute_code")
+
+
+CODE_TOOL = Tool(ToolSpec(CODE_PRIMITIVE, CODE_DESCRIPTION, CODE_PARAMETERS, category=CODE_CATEGORY), _not_a_tool)
+
+
+def execute_code(expression: Any, variables: dict[str, Any], timeout_s: float | None = None,
+                 limits: sandbox.SandboxLimits = sandbox.DEFAULT_LIMITS) -> Envelope:
+    """The Code primitive: evaluate ``expression`` over ``variables`` in the sandbox; never
+    raises. The envelope's ``bound_arguments`` are the expression and the input names (the
+    values are the results they were bound to); ``meta`` says ``family: code`` and, on
+    failure, the sandbox's ``kind``. ``timeout_s`` (the step's h-param) can only shorten the
+    sandbox's own limit."""
+    if timeout_s is not None and timeout_s < limits.timeout_s:
+        limits = dataclasses.replace(limits, timeout_s=float(timeout_s))
+    arguments = {"expression": expression, "inputs": sorted(map(str, variables))}
+    outcome = sandbox.evaluate(expression, variables, limits)
+    meta: dict[str, Any] = {"family": "code", "latency_s": outcome.latency_s, "attempts": 1}
+    if not outcome.ok:
+        envelope = failure(CODE_PRIMITIVE, _SANDBOX_FAILURES.get(outcome.kind, RUNTIME_ERROR),
+                           f"{outcome.kind}: {outcome.error}", arguments)
+        envelope.meta = {**meta, "sandbox": outcome.kind}
+        return envelope
+    return Envelope("SUCCESS", CODE_PRIMITIVE, arguments, result=outcome.value,
+                    summary=summarize_result(CODE_PRIMITIVE, outcome.value), meta=meta)
 
 
 # -- $step_j.field references ------------------------------------------------------------

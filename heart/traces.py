@@ -77,6 +77,15 @@ class EpisodeRecord:
     failure."""
     error: str | None = None
     """What failed, when ``errored``."""
+    reused_steps: int = 0
+    """Steps served the envelope of an earlier execution of the same call in their turn
+    instead of running (:mod:`heart.ledger`), over all turns."""
+    passed_steps_reexecuted: int = 0
+    """Executions repeating a call its turn had already run with SUCCESS and the Verifier
+    passed (0 by construction: the ledger reuses it)."""
+    state_changing_executed_twice: int = 0
+    """Executions repeating a state-changing call that had succeeded in the same turn (0 by
+    construction: the ledger reuses it)."""
     kind: str = "episode"
     version: int = TRACE_FORMAT_VERSION
 

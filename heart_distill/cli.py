@@ -8,6 +8,7 @@
     heart datasets build runs/NAME --out runs/NAME/datasets
     heart train --recipe recipes/smollm2-135m/roles.yaml [--roles planner,router]
     heart serve --adapter planner=PATH ... [--port 8000]   OpenAI-compatible, model name = role
+    heart mcp serve --env bfcl --model gold [--transport http --port 8765]   MCP server (heart/mcp.py)
     heart check parity --adapters DIR          peft vs vLLM vs int8, token for token, per role
     heart eval roles --data DATASETS --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR
     heart eval e2e --env bfcl --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR [--limit N]
@@ -84,11 +85,19 @@ def _check_loop_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--quantize int8 is a peft-engine option; --engine is {args.engine}")
 
 
+def _loop_config(args: argparse.Namespace):
+    from heart.loop import LoopConfig
+
+    return LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
+                      max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
+                      short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
+                      constrained=not args.no_constrain, verify=args.verify)
+
+
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     from heart.account import Account
     from heart.environments import load_environment
     from heart.episode import run_episode
-    from heart.loop import LoopConfig
     from heart.runtime.base import SamplingConfig
     from heart.traces import TraceWriter
 
@@ -97,10 +106,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     shared = None if args.model == "gold" else _backend(args)
     trace = TraceWriter(args.trace) if args.trace else None
     sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES}
-    config = LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
-                        max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
-                        short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
-                        constrained=not args.no_constrain, verify=args.verify)
+    config = _loop_config(args)
     scores, errored = [], []
     try:
         for task_id in task_ids:
@@ -330,6 +336,42 @@ def _serve_parser(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``heart mcp serve``: HEART's primitives as an MCP server (heart/mcp.py)."""
+    from heart.environments import load_environment
+    from heart.mcp import HeartMCP, serve
+    from heart.runtime.base import SamplingConfig
+    from heart.traces import TraceWriter
+
+    _check_loop_arguments(args)
+    environment = load_environment(args.env)
+    shared = None if args.model == "gold" else _backend(args)  # a model loads once, before serving
+
+    def backend_for(task):
+        return shared or _backend(args, task, environment)
+
+    heart = HeartMCP(environment, backend_for, gold=args.model == "gold", config=_loop_config(args),
+                     sampling={r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES},
+                     split=args.split, seed=args.seed, trace=TraceWriter(args.trace) if args.trace else None,
+                     exclusive=shared is not None and not args.model.startswith("openai:"))
+    return serve(args, heart)
+
+
+def _mcp_parser(sub) -> None:
+    p = sub.add_parser("mcp", help="MCP server: toolface_search, call_primitive and solve for outside agents")
+    actions = p.add_subparsers(dest="action", required=True)
+    s = actions.add_parser("serve", help="serve one environment's tools and the HEART loop over MCP "
+                                         "(stdio by default, or streamable HTTP)")
+    _loop_arguments(s, "smollm2-135m")
+    s.add_argument("--split", choices=["train", "dev", "test"],
+                   help="accept only this split's task ids (default: every task)")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (an MCP client starts this command) or streamable HTTP at http://HOST:PORT/mcp")
+    s.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback; no authentication)")
+    s.add_argument("--port", type=port, default=8765, help="HTTP port (default 8765)")
+    s.set_defaults(func=cmd_mcp)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from heart.runtime.parity import main as parity_main
 
@@ -388,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     _serve_parser(sub)
+    _mcp_parser(sub)
     _check_parser(sub)
     p = sub.add_parser("eval", help="evaluate roles on held-out inputs, or the whole loop end to end")
     p.add_argument("action", choices=["roles", "e2e"])

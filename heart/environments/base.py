@@ -23,6 +23,20 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Computation:
+    """A value a turn's answer needs that no tool returns: computed from the turn's gold
+    calls' results by one expression (a code step, :mod:`heart.sandbox`). Written from the
+    task's own request — what to compute, over which results — never from its answer."""
+
+    objective: str
+    """What is computed, in a few words (the code step's objective)."""
+    expression: str
+    """The Python expression, over the variables named in ``inputs``."""
+    inputs: dict[str, int]
+    """Variable name → index (in the turn's gold calls) of the call whose result it holds."""
+
+
+@dataclass(frozen=True)
 class Task:
     """One benchmark task: one or more user turns, and the gold calls when known."""
 
@@ -34,6 +48,9 @@ class Task:
     """Gold calls per turn, in order; used by gold-guided teachers and faithfulness tests."""
     gold_response: list[str] | None = None
     """What a correct final answer should contain per turn, when the benchmark says so."""
+    computations: list[list[Computation]] | None = None
+    """Per turn, the values its answer computes from the gold calls' results (a sum, a time
+    span), for gold-guided teachers; None when no turn needs one."""
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -23,11 +23,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from heart.families import CODE_PRIMITIVE
 from heart.roles.common import FUNCTION_WORDS, ParseResult, build_role_messages, clip_phrase, clip_words, parse_model
 
 ROLE = "planner"
 
-SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the query's intent: task, objective, tool categories, user constraints. If a detail is missing that no tool can find, answer INSUFFICIENT with one question (not if "may_ask" is false). Else plan the fewest steps 1..n (at most "max_steps", default 10; none if no tool fits), each with one tool of "available_tools" (category → name → description): exact "tool_hint", its category, a one-sentence objective, the earlier steps it needs as "dependencies". Given "feedback": fix all of it, "replanned": true, and do not redo SUCCESS steps of "executed_so_far".
+SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the query's intent: task, objective, tool categories, user constraints. If a detail is missing that no tool can find, answer INSUFFICIENT with one question (not if "may_ask" is false). Else plan the fewest steps 1..n (at most "max_steps", default 10; none if no tool fits), each with one tool of "available_tools" (category → name → description): exact "tool_hint", its category, a one-sentence objective, the earlier steps it needs as "dependencies". When the answer needs a value no tool returns but earlier results give (a sum, a product, a time span, a time as HH:MM), add a code step: "family": "code", "tool_category": "code", "tool_hint": "compute", the objective says what to compute, "dependencies" the steps whose results it reads. Given "feedback": fix all of it, "replanned": true, and do not redo SUCCESS steps of "executed_so_far".
 JSON only (INSUFFICIENT: "clarification":"" instead of "plan"):
 {"status": "SUFFICIENT", "intent": {"task": "", "objective": "", "tool_categories": [], "constraints": []}, "plan": [{"step": 1, "tool_category": "", "tool_hint": "", "objective": "", "dependencies": []}], "replanned": false}"""
 
@@ -73,12 +74,24 @@ class Intent(BaseModel):
 
 class PlanStep(BaseModel):
     step: int = Field(ge=1)
+    family: Literal["tool", "code"] = "tool"
+    """The primitive family (HEELO): "tool" calls ``tool_hint``; "code" computes a value from
+    the results of its dependencies (``tool_hint`` is then the Code primitive,
+    :data:`heart.primitives.CODE_PRIMITIVE`). Written only for code steps."""
     tool_category: str = ""
     tool_hint: str = Field(min_length=1)
     """The exact name of the tool the step uses."""
     objective: str = Field(default="", max_length=OBJECTIVE_CHARS)
     dependencies: list[int] = Field(default_factory=list)
     """Earlier steps that must have succeeded before this one runs."""
+
+    @model_validator(mode="after")
+    def _family(self) -> "PlanStep":
+        if self.tool_hint == CODE_PRIMITIVE:
+            self.family = "code"  # the Code primitive named without its family: the same step
+        elif self.family == "code":
+            raise ValueError(f"a code step uses the Code primitive {CODE_PRIMITIVE!r}, not {self.tool_hint!r}")
+        return self
 
 
 class PlannerOutput(BaseModel):
@@ -202,25 +215,37 @@ def output_schema(tools: dict[str, str], may_ask: bool = True, max_steps: int = 
     """JSON Schema of a valid answer, for constrained decoding: steps numbered 1..n, tools
     limited to the shown ones (``tools``: name → category), each step depending only on
     earlier ones, ``replanned`` fixed by whether this is a re-plan, and no clarification
-    once the budget is spent."""
-    names = sorted(tools) or [""]
-    categories = sorted(set(tools.values())) or [""]
+    once the budget is spent. When the Code primitive is shown, a step is either a tool step
+    or a code step (``"family": "code"`` first, then the Code primitive)."""
+    code = CODE_PRIMITIVE in tools
+    names = sorted(n for n in tools if n != CODE_PRIMITIVE) or [""]
+    categories = sorted({c for n, c in tools.items() if n != CODE_PRIMITIVE}) or [""]
+    every_category = sorted(set(tools.values())) or [""]
     text = lambda limit: {"type": "string", "maxLength": limit}  # noqa: E731
 
     def step(n: int) -> dict[str, Any]:
         earlier = {"type": "array", "items": {"enum": list(range(1, n))}, "maxItems": n - 1} if n > 1 \
             else {"type": "array", "maxItems": 0}
-        return {"type": "object", "additionalProperties": False,
-                "required": ["step", "tool_category", "tool_hint", "objective", "dependencies"],
-                "properties": {"step": {"const": n}, "tool_category": {"enum": categories},
-                               "tool_hint": {"enum": names}, "objective": text(OBJECTIVE_CHARS),
-                               "dependencies": earlier}}
+        tool_step = {"type": "object", "additionalProperties": False,
+                     "required": ["step", "tool_category", "tool_hint", "objective", "dependencies"],
+                     "properties": {"step": {"const": n}, "tool_category": {"enum": categories},
+                                    "tool_hint": {"enum": names}, "objective": text(OBJECTIVE_CHARS),
+                                    "dependencies": earlier}}
+        if not code:
+            return tool_step
+        code_step = {"type": "object", "additionalProperties": False,
+                     "required": ["step", "family", "tool_category", "tool_hint", "objective", "dependencies"],
+                     "properties": {"step": {"const": n}, "family": {"const": "code"},
+                                    "tool_category": {"const": tools[CODE_PRIMITIVE]},
+                                    "tool_hint": {"const": CODE_PRIMITIVE}, "objective": text(OBJECTIVE_CHARS),
+                                    "dependencies": earlier}}
+        return {"anyOf": [tool_step, code_step]}
 
     intent = {"type": "object", "additionalProperties": False,
               "required": ["task", "objective", "tool_categories", "constraints"],
               "properties": {"task": text(TASK_CHARS), "objective": text(OBJECTIVE_CHARS),
-                             "tool_categories": {"type": "array", "items": {"enum": categories},
-                                                 "maxItems": len(categories)},
+                             "tool_categories": {"type": "array", "items": {"enum": every_category},
+                                                 "maxItems": len(every_category)},
                              "constraints": {"type": "array", "items": text(CONSTRAINT_CHARS),
                                              "maxItems": MAX_CONSTRAINTS}}}
     replanned = {"const": replanning}

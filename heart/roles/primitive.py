@@ -5,6 +5,12 @@ arguments to call the tool with, given the Router's request and bindings and the
 context — the results of the steps it depends on (Eq. 1 of the paper, ``P_i(x; c)``).
 Binding (coercion, enums, required fields, defaults), execution and the SUCCESS / FAILURE
 envelope with its summary and metadata are done by :mod:`heart.primitives`.
+
+A primitive of the Code family (HEELO; :mod:`heart.families`) has a tool card with
+``"family": "code"``: its bindings are the named inputs of a computation (earlier results),
+and it answers with one Python expression over those names instead of arguments:
+``{"tool": "compute", "family": "code", "expression": "..."}``, which :mod:`heart.sandbox`
+evaluates.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from heart.families import CODE_DESCRIPTION, CODE_FUNCTIONS, CODE_PARAMETERS, CODE_PRIMITIVE, EXPRESSION_CHARS
 from heart.roles.common import ParseResult, build_role_messages, parse_model
 
 ROLE = "primitive"
@@ -24,8 +31,10 @@ Rules:
 - Keep the resolved bindings' values unless the request clearly says otherwise; when a binding holds a whole earlier result, take from it (or from the upstream context) the value the request needs.
 - Leave out optional parameters the request does not mention.
 - If the request cannot be satisfied with this tool's schema, say so.
+- A tool card with "family": "code" computes instead: write one Python expression over the names of the resolved bindings, using only the card's functions (no imports, no names starting with "_").
 Answer with one JSON object and nothing else, in one of these forms:
 {"tool": "<tool name>", "arguments": {"<parameter>": <value>}}
+{"tool": "compute", "family": "code", "expression": "<Python expression>"}
 {"status": "UNRESOLVABLE", "tool": "<tool name>", "reason": "..."}"""
 
 SHORT_SYSTEM_PROMPT = "HEART Tool Primitive."
@@ -39,7 +48,10 @@ INSTRUCTION = "Resolve this request into arguments for your tool."
 
 class PrimitiveOutput(BaseModel):
     tool: str
+    family: Literal["tool", "code"] = "tool"
     arguments: dict[str, Any] = Field(default_factory=dict)
+    expression: str | None = Field(default=None, max_length=EXPRESSION_CHARS)
+    """A code primitive's answer: one Python expression over its inputs' names."""
     status: Literal["RESOLVED", "UNRESOLVABLE"] = "RESOLVED"
     reason: str = ""
 
@@ -47,7 +59,20 @@ class PrimitiveOutput(BaseModel):
     def _reasoned(self) -> "PrimitiveOutput":
         if self.status == "UNRESOLVABLE" and not self.reason.strip():
             raise ValueError("UNRESOLVABLE needs a reason")
+        if self.status == "RESOLVED" and self.family == "code" and not (self.expression or "").strip():
+            raise ValueError("a code primitive answers with an expression")
         return self
+
+
+def code_card() -> dict[str, Any]:
+    """The Code primitive's tool card: its family, what it does, the functions an expression
+    may call, and the schema of its answer's expression."""
+    return {"name": CODE_PRIMITIVE, "family": "code", "description": CODE_DESCRIPTION,
+            "functions": CODE_FUNCTIONS, "parameters": CODE_PARAMETERS}
+
+
+def is_code(payload: dict[str, Any]) -> bool:
+    return payload["tool"].get("family") == "code"
 
 
 def tool_card(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +106,13 @@ def parse(text: str, tool_name: str) -> ParseResult[PrimitiveOutput]:
 
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PrimitiveOutput]:
-    return parse(text, payload["tool"]["name"])
+    """Parse an answer for this input: it names the card's tool, and a code card's answer is
+    an expression, a tool card's one arguments (or UNRESOLVABLE, either way)."""
+    result = parse(text, payload["tool"]["name"])
+    if result.ok and result.value.status == "RESOLVED" and (result.value.family == "code") != is_code(payload):
+        want = "an expression (family code)" if is_code(payload) else "arguments (family tool)"
+        return ParseResult(None, f"this primitive answers with {want}")
+    return result
 
 
 def output_schema(tool_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +127,21 @@ def output_schema(tool_name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     ]}
 
 
+def code_output_schema(tool_name: str = CODE_PRIMITIVE) -> dict[str, Any]:
+    """JSON Schema of a code primitive's answer: an expression, or UNRESOLVABLE."""
+    return {"anyOf": [
+        {"type": "object", "additionalProperties": False, "required": ["tool", "family", "expression"],
+         "properties": {"tool": {"const": tool_name}, "family": {"const": "code"},
+                        "expression": {"type": "string", "minLength": 1, "maxLength": EXPRESSION_CHARS}}},
+        {"type": "object", "additionalProperties": False, "required": ["status", "tool", "reason"],
+         "properties": {"status": {"const": "UNRESOLVABLE"}, "tool": {"const": tool_name},
+                        "reason": {"type": "string", "minLength": 1, "maxLength": 200}}},
+    ]}
+
+
 def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
-    """The serving schema of the answer to this input: its tool's own parameter schema."""
+    """The serving schema of the answer to this input: its tool's own parameter schema (a
+    code card: :func:`code_output_schema`)."""
+    if is_code(payload):
+        return code_output_schema(payload["tool"]["name"])
     return output_schema(payload["tool"]["name"], payload["tool"]["parameters"])

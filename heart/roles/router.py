@@ -4,7 +4,10 @@ Bindings are literal values grounded in the Router's input (the query, the clari
 the conversation, earlier results), or references ``$step_j.field`` to the result of an
 earlier step of the plan, resolved when step j has run. Every required parameter is
 resolved; a value shared by several steps is resolved once and reused. The Router sees
-each tool's parameter names (required and optional), never the full schema.
+each tool's parameter names (required and optional), never the full schema. A code step
+(the Code primitive, :mod:`heart.families`) has no parameters: its tool entry says
+``"family": "code"`` and its bindings name the computation's inputs, usually
+``$step_j.result`` references.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from heart.families import CODE_PRIMITIVE
 from heart.roles.common import ParseResult, build_role_messages, parse_model
 
 ROLE = "router"
@@ -35,7 +39,7 @@ SYSTEM_PROMPT = """You are the Router of a tool-using assistant.
 Given the user's query, the clarifications, the conversation so far, earlier results and a plan, write one dispatch per plan step:
 - "target_tool": the step's tool_hint;
 - "invocation_request": one sentence telling the tool exactly what to do;
-- "resolved_bindings": a value for every required parameter of the tool (and the optional ones the request needs). Take each value from the context; if it will come from an earlier step's result, write "$step_<j>.<field>" (for example "$step_1.result.file_content"). Never invent a value that is not grounded in the context. Resolve a value shared by several steps once and reuse it;
+- "resolved_bindings": a value for every required parameter of the tool (and the optional ones the request needs). Take each value from the context; if it will come from an earlier step's result, write "$step_<j>.<field>" (for example "$step_1.result.file_content"). Never invent a value that is not grounded in the context. Resolve a value shared by several steps once and reuse it. A "code" step's tool (family "code") has no parameters: bind each input of its computation to a short name, usually "$step_<j>.result";
 - "h_params": {"retry": attempts 1-5 (more than 1 only for a tool that just reads: a write retried could run twice), "priority": "low", "normal" or "high" (among ready steps, higher runs first; "high" for a step whose result a later step needs), "timeout_s": integer seconds, default 30}.
 Answer with one JSON object and nothing else:
 {"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
@@ -97,6 +101,20 @@ class RouterOutput(BaseModel):
         if len(set(steps)) != len(steps):
             raise ValueError("each plan step must be dispatched once")
         return self
+
+
+CODE_INPUTS = 8
+"""Most inputs a code step binds."""
+
+
+def code_parameters() -> dict[str, Any]:
+    """What the Router is told about the Code primitive: its family; it binds named inputs."""
+    return {"family": "code", "required": [], "optional": []}
+
+
+def parameters_for(tool: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """:func:`code_parameters` for the Code primitive, else :func:`tool_parameters`."""
+    return code_parameters() if tool == CODE_PRIMITIVE else tool_parameters(schema)
 
 
 def tool_parameters(schema: dict[str, Any]) -> dict[str, Any]:
@@ -164,14 +182,17 @@ def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) 
     literals or $step_j references, as :data:`BINDING_VALUE`)."""
     def entry(step: int, tool: str) -> dict[str, Any]:
         params = tools.get(tool, {"required": [], "optional": []})
+        if params.get("family") == "code":  # named inputs of the computation
+            bindings = {"type": "object", "additionalProperties": BINDING_VALUE, "maxProperties": CODE_INPUTS}
+        else:
+            bindings = {"type": "object", "additionalProperties": False, "required": list(params["required"]),
+                        "properties": {p: BINDING_VALUE for p in params["required"] + params["optional"]}}
         return {"type": "object", "additionalProperties": False,
                 "required": ["step", "target_tool", "invocation_request", "resolved_bindings", "h_params"],
                 "properties": {
                     "step": {"const": step}, "target_tool": {"const": tool},
                     "invocation_request": {"type": "string", "maxLength": REQUEST_CHARS},
-                    "resolved_bindings": {"type": "object", "additionalProperties": False,
-                                          "required": list(params["required"]),
-                                          "properties": {p: BINDING_VALUE for p in params["required"] + params["optional"]}},
+                    "resolved_bindings": bindings,
                     "h_params": {"type": "object", "additionalProperties": False,
                                  "required": ["retry", "priority", "timeout_s"],
                                  "properties": {"retry": {"enum": [1, 2, 3, 4, 5]},

@@ -88,7 +88,8 @@ def step_entry(step: dict[str, Any], request: str, bindings: dict[str, Any], env
 
     The envelope is shown without what repeats or carries no evidence: its tool (the
     step's), its summary when the result or the failure details are there (the summary
-    restates them), and its metadata when the tool ran once."""
+    restates them), and its metadata when the tool ran once (a reused envelope, which did
+    not run again, shows it: ``meta.reused``)."""
     entry = {"step": step["step"], "tool": step["tool_hint"], "objective": step.get("objective", ""),
              "invocation_request": request, "resolved_bindings": bindings}
     if tool_schema is not None:
@@ -96,7 +97,7 @@ def step_entry(step: dict[str, Any], request: str, bindings: dict[str, Any], env
     shown = {k: v for k, v in envelope.items() if k not in ("tool", "summary", "meta")}
     if not ("result" in envelope or envelope.get("details")) and envelope.get("summary"):
         shown["summary"] = envelope["summary"]
-    if envelope.get("meta", {}).get("attempts", 1) > 1:
+    if envelope.get("meta", {}).get("attempts", 1) > 1 or "reused" in envelope.get("meta", {}):
         shown["meta"] = envelope["meta"]
     entry["envelope"] = shown
     return entry

@@ -28,6 +28,13 @@ calls (a student can learn only what its input determines), in the formats of HE
 - **Faults** (``fault_rate``): schema faults that fail binding (no side effects) and
   semantic faults that execute cleanly with a plausible wrong value taken from the same
   task's context, so the Verifier learns FAILs that execution alone does not show.
+- **Code steps** (HEELO's Code family): where the task says a turn's answer needs a value
+  computed from the gold calls' results (``Task.computations``: a total, a product, a time
+  span, written from the task's request, never from its answer), the plan ends with a code
+  step over the steps whose results it reads: the Router binds them as ``$step_j.result``,
+  the Primitive writes the computation's expression. Only when the Code primitive is shown
+  and the rest of the turn, inputs included, fits in one plan (a code step cannot read an
+  earlier attempt's results); no fault is injected into it.
 
 Every answer is clipped to its role's length limits, so it validates against the schema
 the role is served with (``schema_for_input`` of its own input).
@@ -43,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from heart.environments.base import Task, ToolCall
+from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
 from heart.grounding import grounded
 from heart.roles import planner, router, verifier
 from heart.roles.common import clip_phrase, clip_words, render_answer, role_input
@@ -170,6 +178,10 @@ class _TurnState:
     """Plan step → fault its Primitive will carry out."""
     injected: dict[int, str] = field(default_factory=dict)
     """Plan step → fault injected into it in the current attempt (Router or Primitive)."""
+    plan_indices: list[int] = field(default_factory=list)
+    """Index (in the turn's calls) of each call of the current plan (step i ↔ plan_indices[i-1])."""
+    code_dropped: bool = False
+    """The turn's computations are not planned (the Code primitive is not shown)."""
 
 
 class GoldTeacher:
@@ -181,7 +193,7 @@ class GoldTeacher:
     """
 
     def __init__(self, task: Task, tools: Sequence[ToolSpec], fault_rate: float = 0.0,
-                 max_faults_per_turn: int = 1, seed: int = 0):
+                 max_faults_per_turn: int = 1, seed: int = 0, redo_passed: bool = False):
         if task.gold is None:
             raise ValueError(f"task {task.task_id} has no gold calls: the gold teacher cannot answer it")
         if not 0.0 <= fault_rate <= 1.0:
@@ -190,6 +202,10 @@ class GoldTeacher:
         self.specs = {s.name: s for s in tools}
         self.fault_rate = fault_rate
         self.max_faults_per_turn = max_faults_per_turn
+        self.redo_passed = redo_passed
+        """Re-plan the turn from its first call, as a Planner that ignores "do not redo SUCCESS
+        steps" would (as many of the latest calls as the plan holds): what
+        ``bench/replan_reuse.py`` measures the loop's ledger against. Off for collections."""
         self.rng = random.Random(f"{task.env}/{task.task_id}/{seed}")
         self.name = gold_teacher_name(fault_rate)
         self._turns: dict[int, _TurnState] = {}
@@ -257,8 +273,21 @@ class GoldTeacher:
         """The tool's own description (its documentation, not an answer): objectives and
         requests take their purpose phrase from it, also when the Planner's input omits it
         as a restatement of the name."""
+        if tool == CODE_PRIMITIVE:
+            return CODE_DESCRIPTION
         spec = self.specs.get(tool)
         return spec.description if spec else ""
+
+    def _calls(self, state: _TurnState) -> list[ToolCall]:
+        """The turn's calls in order: its gold calls, then (unless dropped) one Code-primitive
+        call per computation, its arguments the computation's expression, objective and inputs
+        (variable → index of the gold call it reads)."""
+        calls = list(self.task.gold[state.turn])
+        if not state.code_dropped:
+            calls += [ToolCall(CODE_PRIMITIVE, {"expression": c.expression, "objective": c.objective,
+                                                "inputs": dict(c.inputs)})
+                      for c in (self.task.computations or [[]] * len(self.task.turns))[state.turn]]
+        return calls
 
     def _maybe_fault(self, state: _TurnState) -> str | None:
         if state.faults >= self.max_faults_per_turn or self.rng.random() >= self.fault_rate:
@@ -274,19 +303,45 @@ class GoldTeacher:
         state = self._current = self._turns.setdefault(turn, _TurnState(turn))
         shown = {name: {"name": name, "category": category, "description": description}
                  for category, tools in p["available_tools"].items() for name, description in tools.items()}
-        remaining = self.task.gold[turn][state.consumed:]
+        max_steps = p.get("max_steps", planner.DEFAULT_MAX_STEPS)
+        if CODE_PRIMITIVE not in shown or any(len(c.inputs) >= max_steps
+                                              for c in (self.task.computations or {turn: []})[turn]):
+            state.code_dropped = True
+        calls = self._calls(state)
+        remaining = calls[state.consumed:]
         missing = sorted({c.name for c in remaining if c.name not in shown})
         meta: dict[str, Any] = {}
-        visible = list(remaining)
+        visible = list(range(state.consumed, len(calls)))
         if missing:  # never plan with a tool the Planner was not shown: plan the calls before it
             visible = visible[:next(i for i, c in enumerate(remaining) if c.name not in shown)]
             meta["retrieval_miss"] = missing
         # a plan longer than the input allows is cut; the Verifier says what is left
-        state.plan_calls = visible[:p.get("max_steps", planner.DEFAULT_MAX_STEPS)]
+        take = visible[:max_steps]
+        redo = list(range(state.consumed)) if self.redo_passed and p.get("feedback") else []
+        while True:  # a code step reads its inputs in its own plan: earlier calls it reads come again
+            needed = {j for i in take if calls[i].name == CODE_PRIMITIVE
+                      for j in calls[i].arguments["inputs"].values() if j < state.consumed}
+            again = sorted(needed | set(redo))
+            if len(again) + len(take) <= max_steps:
+                break
+            oldest = next((j for j in redo if j not in needed), None)
+            if oldest is not None:  # a whole-turn re-plan holds its latest calls
+                redo.remove(oldest)
+                continue
+            if not take or calls[take[-1]].name != CODE_PRIMITIVE:
+                break
+            take = take[:-1]  # the code step waits for a later plan (the Verifier names it as left)
+        state.plan_indices = again + take  # (the loop keeps passed calls: they do not run again)
+        state.plan_calls = [calls[i] for i in state.plan_indices]
         text = json.dumps(p, ensure_ascii=False)
         query = " ".join(p["user_query"].split())
         plan = []
         for i, call in enumerate(state.plan_calls, 1):
+            if call.name == CODE_PRIMITIVE:
+                plan.append({"step": i, "family": "code", "tool_category": CODE_CATEGORY, "tool_hint": CODE_PRIMITIVE,
+                             "objective": clip_words(call.arguments["objective"], STEP_OBJECTIVE_CHARS),
+                             "dependencies": sorted({self._plan_step(state, j) for j in call.arguments["inputs"].values()})})
+                continue
             tool = shown[call.name]
             plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
                          "objective": self._fill(OBJECTIVES, call.name, self._description(call.name),
@@ -294,6 +349,8 @@ class GoldTeacher:
                          "dependencies": [i - 1] if i > 1 else []})
         constraints = []
         for call in state.plan_calls:
+            if call.name == CODE_PRIMITIVE:
+                continue
             for name, value in call.arguments.items():
                 if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
                         and str(value).strip() and str(value) in query:
@@ -311,6 +368,11 @@ class GoldTeacher:
         answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
         return answer, meta
 
+    @staticmethod
+    def _plan_step(state: _TurnState, index: int) -> int:
+        """The current plan's step number of the turn's call ``index``."""
+        return state.plan_indices.index(index) + 1
+
     # -- Router ----------------------------------------------------------------------------
     def _router(self, p: dict[str, Any]) -> tuple[dict, dict]:
         state = self._current
@@ -319,12 +381,24 @@ class GoldTeacher:
         meta: dict[str, Any] = {}
         dispatch = []
         for i, call in enumerate(state.plan_calls, 1):
+            if call.name == CODE_PRIMITIVE:  # its inputs: the results of the calls it reads
+                state.pending.append((i, call))
+                objective = call.arguments["objective"]
+                dispatch.append({
+                    "step": i, "target_tool": CODE_PRIMITIVE,
+                    "invocation_request": clip_words(f"Compute the {objective[:1].lower()}{objective[1:]}.",
+                                                     router.REQUEST_CHARS),
+                    "resolved_bindings": {name: f"$step_{self._plan_step(state, j)}.result"
+                                          for name, j in call.arguments["inputs"].items()},
+                    "h_params": h_params(CODE_PRIMITIVE)})
+                continue
             params = p["tools"].get(call.name, {})
             call = ToolCall(call.name, _in_order(call.arguments, params.get("required", []) + params.get("optional", [])))
             bindings: dict[str, Any] = {}
             references: dict[str, str] = {}
             for name, value in call.arguments.items():
-                if grounded(value, text) or i == 1:
+                follows = i > 1 and state.plan_indices[i - 2] == state.plan_indices[i - 1] - 1
+                if grounded(value, text) or not follows:
                     bindings[name] = value
                 else:  # produced upstream: the Primitive takes it from the previous step's result
                     bindings[name] = references[name] = f"$step_{i - 1}.result"
@@ -337,8 +411,6 @@ class GoldTeacher:
             elif fault:
                 state.primitive_faults[i] = "wrong_argument" if fault == "stale_reference" else fault
             state.pending.append((i, call))
-            if references and dispatch:  # this step reads the previous one's result: that one goes first
-                dispatch[-1]["h_params"]["priority"] = "high"
             dispatch.append({
                 "step": i, "target_tool": call.name,
                 "invocation_request": self._fill(REQUESTS, call.name, self._description(call.name),
@@ -347,6 +419,12 @@ class GoldTeacher:
                 "resolved_bindings": bindings,
                 "h_params": h_params(call.name),
             })
+        # a step whose result a later step reads ($step_j) goes first among those ready
+        read = {ref.split(".")[0] for d in dispatch for ref in d["resolved_bindings"].values()
+                if isinstance(ref, str) and ref.startswith("$step_")}
+        for d in dispatch:
+            if f"$step_{d['step']}" in read:
+                d["h_params"]["priority"] = "high"
         return {"status": "READY", "dispatch": dispatch}, meta
 
     # -- Primitive -------------------------------------------------------------------------
@@ -354,6 +432,8 @@ class GoldTeacher:
         state = self._current
         tool = p["tool"]["name"]
         step, call = state.pending.pop(next(i for i, (_, c) in enumerate(state.pending) if c.name == tool))
+        if tool == CODE_PRIMITIVE:
+            return {"tool": tool, "family": "code", "expression": call.arguments["expression"]}, {}
         arguments = _in_order(call.arguments, list(p["tool"]["parameters"].get("properties", {})))
         fault = state.primitive_faults.pop(step, None)
         if fault is None:
@@ -461,8 +541,9 @@ class GoldTeacher:
             if feedback:
                 break
             passed_prefix += 1
-        state.consumed += passed_prefix
-        left = self.task.gold[state.turn][state.consumed:]
+        if passed_prefix:  # steps run in plan order: those before a passed one passed (or were kept)
+            state.consumed = max(state.consumed, state.plan_indices[steps[passed_prefix - 1]["step"] - 1] + 1)
+        left = self._calls(state)[state.consumed:]
         last = bool(steps) and max(e["step"] for e in steps) == len(state.plan_calls)
         if failing is None and last and left:
             # every planned call ran as asked, yet the turn's request needs more (a tool that
