@@ -149,7 +149,8 @@ def collect(args: argparse.Namespace) -> int:
     # model call per turn, and ToolFace then finds each query in the embedding cache.
     Embedder().embed(sorted({q for tid, _ in jobs for q in environment.load_task(tid).turns}))
 
-    stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errored": 0}
+    stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errored": 0, "reused_steps": 0,
+             "passed_steps_reexecuted": 0, "state_changing_executed_twice": 0}
 
     def one(job):
         task_id, seed = job
@@ -177,12 +178,15 @@ def collect(args: argparse.Namespace) -> int:
                         stats["replans"] += sum(record.replans_used)
                         stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
                                                   if v == "PASS" and r > 0)
+                        for name in ("reused_steps", "passed_steps_reexecuted", "state_changing_executed_twice"):
+                            stats[name] += getattr(record, name)
                 bar.update(1)  # tqdm shows episodes/s itself
                 bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}", errored=stats["errored"])
     summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shard": str(shard)}
     publish_text(out / "last_collect.json", json.dumps(summary, indent=2) + "\n")
     print(f"collect: {stats['ok']}/{stats['n']} episodes valid by the {args.env} checker; "
-          f"{stats['replans']} re-plans, {stats['recovered']} turns recovered after a re-plan; "
+          f"{stats['replans']} re-plans, {stats['recovered']} turns recovered after a re-plan, "
+          f"{stats['reused_steps']} executed steps kept instead of run again; "
           f"{stats['errored']} episodes errored (infrastructure; --resume runs them again)", file=sys.stderr)
     return 0 if stats["errored"] == 0 else 1
 

@@ -12,6 +12,7 @@ each tool's parameter names (required and optional), never the full schema. A co
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -31,8 +32,12 @@ READ_VERBS = ("get", "list", "search", "find", "read", "check", "display", "show
 
 
 def is_read_only(tool: str) -> bool:
-    """A tool whose name starts with a reading verb (``get_balance``, ``ls``, ``search_emails``)."""
-    return tool.lower().replace("-", "_").split("_", 1)[0] in READ_VERBS
+    """A tool whose name starts with a reading verb (``get_balance``, ``ls``, ``search_emails``,
+    camelCase too: ``displayCarStatus``), or names its object before a ``get``
+    (``ticket_get_login_status``). Everything else is taken to change state: the loop never
+    runs such a call twice in a turn (:mod:`heart.ledger`), and the Router retries only reads."""
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", tool).lower().replace("-", "_").split("_")
+    return words[0] in READ_VERBS or (len(words) > 2 and words[1] == "get")
 
 
 SYSTEM_PROMPT = """You are the Router of a tool-using assistant.

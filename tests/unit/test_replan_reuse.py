@@ -178,3 +178,10 @@ def test_the_ledger_reuses_by_bound_arguments_and_the_record_carries_its_counter
     assert ledger.reusable("send_money", {"amount": 7, "recipient": "bob"}) is None  # never reached the tool
     record = EpisodeRecord(episode_id="e", task_id="t", env="x", score=1.0, success=True, verdicts=[], replans_used=[])
     assert all(getattr(record, name) == 0 for name in COUNTERS)
+
+
+def test_the_read_only_rule_reads_camel_case_and_object_get_names():
+    from heart.roles.router import is_read_only
+
+    assert is_read_only("displayCarStatus") and is_read_only("ticket_get_login_status") and is_read_only("ls")
+    assert not any(map(is_read_only, ("send_money", "startEngine", "mkdir", "create_file", "cd", "echo")))
