@@ -88,6 +88,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
     entry = {
         "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
         "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget, "verify": args.verify,
+        "middleware": getattr(args, "middleware", "default"),
         "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
@@ -99,8 +100,9 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
             raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or choose another --out") from None
         for old in manifest["collections"]:
             if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
-                changed = sorted(k for k in ("seeds", "replan_budget", "limit", "verify")
-                                 if old.get(k, "step" if k == "verify" else None) != entry[k])
+                defaults = {"verify": "step", "middleware": "default"}  # manifests older than the field
+                changed = sorted(k for k in ("seeds", "replan_budget", "limit", "verify", "middleware")
+                                 if old.get(k, defaults.get(k)) != entry[k])
                 if changed:
                     raise SystemExit(f"error: {out} holds this collection with different {changed}: "
                                      f"{ {k: old[k] for k in changed} }; use the same settings or another --out")
@@ -117,7 +119,11 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
 def collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
     environment = load_environment(args.env)
+    from heart.middleware import load_middleware
     from heart.user_errors import UserError
+
+    middleware = getattr(args, "middleware", "default")
+    load_middleware(middleware, catalog=environment.catalog())  # MiddlewareError: file and field named
 
     try:
         teacher = TeacherFactory(args.teacher, args.fault_rate, environment,
@@ -139,7 +145,7 @@ def collect(args: argparse.Namespace) -> int:
         return 0
     (out / "traces").mkdir(exist_ok=True)
     shard = new_shard_path(out / "traces")  # one per run, created exclusively
-    config = LoopConfig(replan_budget=args.budget, verify=args.verify)
+    config = LoopConfig(replan_budget=args.budget, verify=args.verify, middleware=middleware)
     print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(wanted)} episodes, "
           f"{len(wanted) - len(jobs)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
 

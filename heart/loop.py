@@ -71,6 +71,12 @@ Where it departs from the paper, and why:
   Planner's step numbers. Each turn counts ``reused_steps``, ``passed_steps_reexecuted`` and
   ``state_changing_executed_twice`` (:attr:`TurnResult.counts`; the last two are 0 by
   construction, and measured, not assumed); the episode record sums them.
+- **Tool-boundary middleware** (PRISM). Every Primitive call passes the intercept set
+  ``LoopConfig.middleware`` names (:mod:`heart.middleware`, docs/middleware.md): silent
+  corrections of its arguments, error blocks and prerequisite blocks (looked up in the
+  turn's successful calls, :class:`heart.middleware.TurnCalls`) before it runs; what
+  applied is in the envelope's ``meta["middleware"]``. The default set is the binding's
+  coercion; ``"none"`` binds arguments as given.
 - **Whole-attempt variant.** ``LoopConfig.verify = "attempt"`` keeps the earlier design for
   comparison: all steps run (dependency-aware), then one Verifier call judges the attempt
   (no step is Verifier-passed before the attempt ends, so only the state-changing rule
@@ -86,6 +92,7 @@ from typing import Any, Callable, Literal
 from heart.calls import RoleClient
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
 from heart.ledger import COUNTERS, TurnLedger
+from heart.middleware import TurnCalls, load_middleware
 from heart.primitives import (
     CODE_TOOL,
     SCHEMA_RESOLUTION,
@@ -149,6 +156,10 @@ class LoopConfig:
     code: bool = True
     """Show the Code primitive (HEELO's Code family, :mod:`heart.families`) to the Planner,
     so a step may compute a value from earlier results; False: tools only, as in HEART."""
+    middleware: str = "default"
+    """The tool-boundary intercept set (:mod:`heart.middleware`): "default" (the shipped
+    silent corrections: type coercion, JSON unwrapping, enum case), "none" (arguments bound
+    as given), or the path of a YAML intercept file (docs/middleware.md)."""
 
     def __post_init__(self) -> None:
         if self.verify not in ("step", "attempt"):
@@ -212,6 +223,7 @@ class HeartLoop:
         self.ask_user = ask_user
         self.config = config
         self.observe = observe
+        self.middleware = load_middleware(config.middleware)
         if config.code and CODE_PRIMITIVE in set(toolface.names()):
             raise ValueError(f"the environment has a tool named {CODE_PRIMITIVE!r}, the Code primitive's name: "
                              "run with LoopConfig(code=False)")
@@ -229,6 +241,7 @@ class HeartLoop:
         feedback: list[str] = []  # C: every feedback of the turn stays in context
         attempts: list[Attempt] = []
         ledger = TurnLedger()  # the calls this turn executed: what a re-plan reuses
+        calls = TurnCalls()  # the turn's successful calls: what prerequisite intercepts look at
 
         def result(verdict: str, response: str) -> TurnResult:
             return TurnResult(verdict, response, attempts, clarifications, dict(ledger.counts))
@@ -242,7 +255,7 @@ class HeartLoop:
                     tools = self.more_tools(tools, feedback[-1])
             context = {"query": query, "tools": tools, "conversation": conversation,
                        "clarifications": clarifications, "executed": executed, "feedback": feedback,
-                       "ledger": ledger}
+                       "ledger": ledger, "calls": calls}
 
             # π ← PLANNER(q, T_q, C); an INSUFFICIENT plan asks the user (bounded)
             plan = self.plan(context, attempt)
@@ -326,7 +339,8 @@ class HeartLoop:
                 continue
             d = min(ready, key=lambda d: (-PRIORITY_RANK[d.h_params.priority], d.step))
             del pending[d.step]
-            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps, context.get("ledger"))
+            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps, context.get("ledger"),
+                                                                            context.get("calls"))
             self.observe("result", {"attempt": attempt.attempt, "step": d.step, "envelope": envelope})
             if envelope.reused and envelope.meta["reused"].get("passed") and self.config.verify == "step":
                 done.add(d.step)  # the Verifier passed this very call: kept, not judged again
@@ -401,7 +415,7 @@ class HeartLoop:
         return call.result.value
 
     def run_primitive(self, d: Dispatch, attempt: Attempt, plan_steps: dict,
-                      ledger: TurnLedger | None = None) -> Envelope:
+                      ledger: TurnLedger | None = None, calls: TurnCalls | None = None) -> Envelope:
         tool = self.primitive_tool(d.target_tool)
         code = tool is CODE_TOOL
         try:
@@ -422,26 +436,32 @@ class HeartLoop:
         elif code:  # the Code family: the expression over the bound inputs, in the sandbox (no effects)
             envelope = execute_code(call.result.value.expression, bindings, d.h_params.timeout_s)
         else:
-            envelope = self.execute_once(tool, call.result.value.arguments, d, attempt, ledger)
+            envelope = self.execute_once(tool, call.result.value.arguments, d, attempt, ledger,
+                                         self.middleware, calls)
         self.roles.record(call, envelope=envelope.to_dict())
         return envelope
 
     @staticmethod
     def execute_once(tool, arguments: dict[str, Any], d: Dispatch, attempt: Attempt,
-                     ledger: TurnLedger | None) -> Envelope:
-        """Execute the Primitive's call, unless the turn's ledger holds an execution it must
-        reuse (see the module docstring): then the earlier envelope, marked ``reused``.
-        Retries re-run execution, not the model; every failed attempt stays in meta."""
+                     ledger: TurnLedger | None, middleware=None, calls: TurnCalls | None = None) -> Envelope:
+        """Execute the Primitive's call through the tool-boundary ``middleware``, unless the
+        turn's ledger holds an execution it must reuse (see the module docstring): then the
+        earlier envelope, marked ``reused``. Retries re-run execution, not the model; every
+        failed attempt stays in meta."""
         if ledger is not None:
             try:
-                bound = bind_arguments(arguments, tool.spec.parameters, tool.fn)
+                renamed = (middleware.rename(tool.name, arguments, tool.spec.parameters, [])
+                           if middleware is not None else arguments)
+                bound = bind_arguments(renamed, tool.spec.parameters, tool.fn, middleware=middleware,
+                                       tool=tool.name)
             except BindingError:
                 bound = None  # execution reports the binding failure
             earlier = ledger.reusable(tool.name, bound) if bound is not None else None
             if earlier is not None:
                 ledger.reused()
                 return earlier.envelope.as_reused(earlier.attempt, earlier.step, earlier.passed)
-        envelope = execute_with_retry(tool, arguments, d.h_params.timeout_s, d.h_params.retry)
+        envelope = execute_with_retry(tool, arguments, d.h_params.timeout_s, d.h_params.retry,
+                                      middleware, calls)
         if ledger is not None:
             ledger.ran(tool.name, envelope.bound_arguments, attempt.attempt, d.step, envelope.status,
                        envelope.failure_type, envelope)

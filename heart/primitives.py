@@ -1,7 +1,9 @@
 """Tool Primitives (the deterministic part): bind, execute, and wrap the outcome.
 
 The Primitive role proposes arguments; this module binds them against the tool's JSON
-schema — type coercion, enum matching, required fields, defaults — validates the result
+schema — the tool-boundary middleware's silent corrections (:mod:`heart.middleware`; by
+default type coercion, JSON unwrapping and enum case), required fields, defaults — and its
+error / prerequisite blocks, validates the result
 with jsonschema, executes the tool under a timeout, and returns the SUCCESS / FAILURE
 envelope with a typed ``failure_type``:
 
@@ -45,6 +47,7 @@ from typing import Any, Iterator
 import jsonschema
 
 from heart import sandbox
+from heart.middleware import Middleware, TurnCalls, default_middleware
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PARAMETERS, CODE_PRIMITIVE, family  # noqa: F401
 from heart.toolface import Tool, ToolSpec
 
@@ -232,8 +235,16 @@ def _undefaulted_parameters(fn: Any) -> set[str]:
     return {n for n, p in signature.parameters.items() if p.default is inspect.Parameter.empty}
 
 
-def bind_arguments(arguments: dict[str, Any], schema: dict[str, Any], fn: Any = None) -> dict[str, Any]:
-    """Bind proposed ``arguments`` to ``schema``; raises :class:`BindingError`."""
+def bind_arguments(arguments: dict[str, Any], schema: dict[str, Any], fn: Any = None, *,
+                   middleware: Middleware | None = None, tool: str = "*",
+                   records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Bind proposed ``arguments`` to ``schema``; raises :class:`BindingError`.
+
+    Each given value first passes the ``middleware``'s silent corrections for ``tool``
+    (:mod:`heart.middleware`; None: the default set — type coercion, JSON unwrapping, enum
+    case — which is what this function always did); each correction made is appended to
+    ``records``. :data:`heart.middleware.NO_MIDDLEWARE` binds the values as given."""
+    middleware = default_middleware() if middleware is None else middleware
     properties: dict[str, Any] = schema.get("properties", {})
     required = list(schema.get("required", []))
     unknown = [k for k in arguments if k not in properties]
@@ -247,12 +258,7 @@ def bind_arguments(arguments: dict[str, Any], schema: dict[str, Any], fn: Any = 
         spec = properties.get(name, {})
         if value is None and name not in required:
             continue  # an explicit null for an optional parameter means "not given"
-        value = _coerce(value, spec, name)
-        if "enum" in spec:
-            value = _match_enum(value, spec["enum"], name)
-        elif isinstance(value, list) and "enum" in spec.get("items", {}):
-            value = [_match_enum(v, spec["items"]["enum"], f"{name}[{i}]") for i, v in enumerate(value)]
-        bound[name] = value
+        bound[name] = middleware.correct(tool, name, value, spec, records)
     needs_default = _undefaulted_parameters(fn) if fn is not None else set()
     for name, spec in properties.items():
         if name not in bound and "default" in spec and name in needs_default:
@@ -318,13 +324,34 @@ def bounded_result(result: Any) -> Any:
     return f"{text[:MAX_RESULT_CHARS]}… [result cut: {len(text):,} characters of JSON]"
 
 
-def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> Envelope:
-    """Bind ``arguments`` and run ``tool`` under a timeout; never raises."""
+def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0,
+            middleware: Middleware | None = None, calls: TurnCalls | None = None) -> Envelope:
+    """Bind ``arguments`` and run ``tool`` under a timeout; never raises.
+
+    The tool boundary's ``middleware`` (:mod:`heart.middleware`; None: the default set)
+    applies here: silent corrections before and during binding, then error and prerequisite
+    blocks on the bound arguments (a blocked call returns a FAILURE without running; its
+    prerequisites are looked up in ``calls``, the turn's successful calls, which a SUCCESS
+    is appended to). Whatever applied is recorded in the envelope's ``meta["middleware"]``."""
+    middleware = default_middleware() if middleware is None else middleware
+    records: list[dict[str, Any]] = []
+    envelope = _execute(tool, arguments, timeout_s, middleware, calls, records)
+    envelope.meta = middleware.annotate(envelope.meta, records)
+    return envelope
+
+
+def _execute(tool: Tool, arguments: dict[str, Any], timeout_s: float, middleware: Middleware,
+             calls: TurnCalls | None, records: list[dict[str, Any]]) -> Envelope:
     name = tool.name
+    arguments = middleware.rename(name, arguments, tool.spec.parameters, records)
     try:
-        bound = bind_arguments(arguments, tool.spec.parameters, tool.fn)
+        bound = bind_arguments(arguments, tool.spec.parameters, tool.fn, middleware=middleware, tool=name,
+                               records=records)
     except BindingError as err:
         return failure(name, err.failure_type, err.details, arguments)
+    blocked = middleware.block(name, bound, tool.spec.parameters, calls, records)
+    if blocked is not None:  # error / prerequisite blocking: the tool is not called
+        return failure(name, blocked[0], blocked[1], bound)
     containment = _containment.get()
     if containment is not None and containment.abandoned:
         return failure(name, RUNTIME_ERROR, f"not run: {containment.abandoned}", bound)
@@ -350,23 +377,27 @@ def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0) -> E
         result = bounded_result(result)
     except ValueError as err:
         return failure(name, RUNTIME_ERROR, str(err), bound)
+    if calls is not None:
+        calls.record(name, bound, result)
     return Envelope("SUCCESS", name, bound, result=result, summary=summarize_result(name, result))
 
 
 def execute_with_retry(tool: Tool, arguments: dict[str, Any], timeout_s: float = 30.0,
-                       attempts: int = 1) -> Envelope:
+                       attempts: int = 1, middleware: Middleware | None = None,
+                       calls: TurnCalls | None = None) -> Envelope:
     """:func:`execute` up to ``attempts`` times while it fails with RUNTIME_ERROR (binding
     failures do not change on retry). The returned envelope's ``meta`` holds the total
     latency, the attempts made and every earlier attempt's envelope."""
     start = time.perf_counter()
     failed: list[dict[str, Any]] = []
     for attempt in range(1, max(1, attempts) + 1):
-        envelope = execute(tool, arguments, timeout_s)
+        envelope = execute(tool, arguments, timeout_s, middleware, calls)
         if envelope.ok or envelope.failure_type != RUNTIME_ERROR or attempt == attempts:
             break
         failed.append(envelope.to_dict())
     envelope.meta = {"latency_s": round(time.perf_counter() - start, 4), "attempts": attempt,
-                     **({"failed_attempts": failed} if failed else {})}
+                     **({"failed_attempts": failed} if failed else {}),
+                     **({"middleware": envelope.meta["middleware"]} if "middleware" in envelope.meta else {})}
     return envelope
 
 

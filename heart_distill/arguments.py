@@ -25,6 +25,9 @@ def collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B")
     parser.add_argument("--verify", default="step", choices=["step", "attempt"],
                         help="Verifier granularity: per step (Algorithm 1) or per whole attempt")
+    parser.add_argument("--middleware", default="default", metavar="PATH|default|none",
+                        help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
+                             "corrections), none (arguments bound as given), or a YAML intercept file")
     parser.add_argument("--concurrency", type=positive_int, default=8, help="episodes run at once")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="hf teacher: int8 dynamic-quantised base linears (LoRA kept exact)")

@@ -85,13 +85,22 @@ def _check_loop_arguments(args: argparse.Namespace) -> None:
         raise UserError(f"--quantize int8 is a peft-engine option; --engine is {args.engine}")
 
 
+def _check_middleware(args: argparse.Namespace, environment) -> None:
+    """--middleware names a usable intercept file whose tools and parameters are the
+    environment's (a MiddlewareError is a UserError: one line naming the file and field)."""
+    from heart.middleware import load_middleware
+
+    load_middleware(getattr(args, "middleware", "default"), catalog=environment.catalog())
+
+
 def _loop_config(args: argparse.Namespace):
     from heart.loop import LoopConfig
 
     return LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
                       max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
                       short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
-                      constrained=not args.no_constrain, verify=args.verify)
+                      constrained=not args.no_constrain, verify=args.verify,
+                      middleware=getattr(args, "middleware", "default"))
 
 
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
@@ -103,6 +112,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
 
     _check_loop_arguments(args)
     environment = load_environment(args.env)
+    _check_middleware(args, environment)
     shared = None if args.model == "gold" else _backend(args)
     trace = TraceWriter(args.trace) if args.trace else None
     sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES}
@@ -296,6 +306,9 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (default 3)")
     p.add_argument("--verify", default="step", choices=["step", "attempt"],
                    help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
+    p.add_argument("--middleware", default="default", metavar="PATH|default|none",
+                   help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
+                        "corrections), none (arguments bound as given), or a YAML intercept file")
     p.add_argument("--max-clarifications", type=nonnegative_int, default=2, help="clarification questions per turn")
     p.add_argument("--max-plan-steps", type=positive_int, default=10, help="longest plan (with constrained decoding)")
     p.add_argument("--retrieve-k", type=positive_int, default=None,
@@ -345,6 +358,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     _check_loop_arguments(args)
     environment = load_environment(args.env)
+    _check_middleware(args, environment)
     shared = None if args.model == "gold" else _backend(args)  # a model loads once, before serving
 
     def backend_for(task):
