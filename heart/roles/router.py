@@ -45,7 +45,7 @@ Given the user's query, the clarifications, the conversation so far, earlier res
 - "target_tool": the step's tool_hint;
 - "invocation_request": one sentence telling the tool exactly what to do;
 - "resolved_bindings": a value for every required parameter of the tool (and the optional ones the request needs). Take each value from the context; if it will come from an earlier step's result, write "$step_<j>.<field>" (for example "$step_1.result.file_content"). Never invent a value that is not grounded in the context. Resolve a value shared by several steps once and reuse it. A "code" step's tool (family "code") has no parameters: bind each input of its computation to a short name, usually "$step_<j>.result";
-- "h_params": {"retry": attempts 1-5 (more than 1 only for a tool that just reads: a write retried could run twice), "priority": "low", "normal" or "high" (among ready steps, higher runs first; "high" for a step whose result a later step needs), "timeout_s": integer seconds, default 30}.
+- "h_params": {"retry": attempts 1-5, "priority": "low", "normal" or "high" (among ready steps, higher runs first), "timeout_s": integer seconds, default 30}.
 Answer with one JSON object and nothing else:
 {"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
 

@@ -57,7 +57,14 @@ def make_lora_adapters(
     model.save_pretrained(out_dir)  # adapters not named "default" go to out_dir/<name>
     paths = {role: str(out_dir / role) for role in roles}
     for path in paths.values():
-        assert (Path(path) / "adapter_config.json").is_file()
+        config_file = Path(path) / "adapter_config.json"
+        assert config_file.is_file()
+        # peft writes target_modules from a set, in this process's hash-seed order; sorted, the
+        # same seeded adapters are the same bytes in every run, so their llama.cpp conversion
+        # (cached by content hash, heart/runtime/gguf_files.py) is done once per machine (~11 s).
+        config = json.loads(config_file.read_text())
+        config["target_modules"] = sorted(config["target_modules"])
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
     return paths
 
 

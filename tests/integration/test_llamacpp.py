@@ -8,6 +8,7 @@ with drafts from the context verified in one call (speculative decoding).
 """
 
 import json
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +18,10 @@ from heart import ROLES
 from heart.runtime.base import GenerationRequest, SamplingConfig
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by scripts/setup.sh")
+# Under pytest-xdist each worker has one core (tests/conftest.py sets OMP_NUM_THREADS=1): llama.cpp's
+# threads spin while they wait, so two of them beside the other worker's job stall (measured: a
+# 1.6 s test took 112 s). Same answers on any thread count; None is the engine's default (every CPU).
+THREADS = int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS") else None
 
 SYSTEM = "You are the Planner of a tool-using agent. Answer with one JSON object and nothing else. " * 3
 VERDICT = json.dumps({"type": "object", "properties": {"status": {"enum": ["PASS", "FAIL"]}, "step": {"enum": [1, 2]}},
@@ -58,7 +63,7 @@ def reference(adapters):
 def backend(adapters):
     from heart.runtime.llamacpp import LlamaCppBackend
 
-    return LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=4)
+    return LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=4, threads=THREADS)
 
 
 @pytest.mark.slow
@@ -86,7 +91,7 @@ def test_mixed_roles_in_one_continuous_batch_equal_peft(backend, reference):
 def test_calls_prefilled_together_compute_their_common_prefix_once(adapters, reference):
     from heart.runtime.llamacpp import LlamaCppBackend
 
-    fresh = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=2)
+    fresh = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=2, threads=THREADS)
     first, second = _requests()[1:3]  # two planner calls, same system prompt, different requests
     got = fresh.generate_batch([first, second])  # prefilled together
     a, b = fresh.chat.encode(first.messages), fresh.chat.encode(second.messages)
@@ -121,8 +126,9 @@ def test_drafting_from_the_context_keeps_every_greedy_answer(adapters, reference
     copy = [{"role": "system", "content": "Repeat the user's message exactly."},
             {"role": "user", "content": "alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta"}]
     requests = _requests() + [GenerationRequest("base", copy, SamplingConfig(max_new_tokens=24))]
-    plain = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=1, draft_tokens=0)
-    drafting = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=1, draft_tokens=4)
+    plain = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=1, draft_tokens=0, threads=THREADS)
+    drafting = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=1, draft_tokens=4,
+                               threads=THREADS)
     want = [plain.generate(r.role, r.messages, r.sampling).text for r in requests]
     got = [drafting.generate(r.role, r.messages, r.sampling).text for r in requests]
     assert got == want
@@ -137,7 +143,7 @@ def test_drafting_from_the_context_keeps_every_greedy_answer(adapters, reference
 def test_an_over_long_prompt_is_a_recorded_failure_not_a_crash(adapters):
     from heart.runtime.llamacpp import LlamaCppBackend
 
-    small = LlamaCppBackend("smollm2-135m", adapters=adapters, slot_tokens=64)
+    small = LlamaCppBackend("smollm2-135m", adapters=adapters, slot_tokens=64, threads=THREADS)
     long, short = (GenerationRequest("planner", [{"role": "user", "content": "word " * n}], SamplingConfig(max_new_tokens=4))
                    for n in (200, 5))
     got = small.generate_batch([long, short])

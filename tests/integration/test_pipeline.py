@@ -46,8 +46,11 @@ def test_collect_build_train_and_serve_four_role_adapters(tmp_path, smollm2_path
     trace = tmp_path / "trace.jsonl"
     args = [f"--adapter={role}={folder}" for role, folder in adapters.items()]
     args += [f"--short-prompt={role}" for role in ROLES]
-    done = heart("run", "--env", "bfcl", "--task", "multi_turn_base_1", "--trace", str(trace), "--budget", "0",
-                 "--max-clarifications", "0", "--max-plan-steps", "3", *args, cwd=tmp_path)
+    # Every turn calls all four roles, so a two-turn task with one-step plans checks the serving
+    # (each role's adapter and short prompt) at a third of the decoding of multi_turn_base_1's
+    # four turns of three-step plans (~85 s, not ~250 s on 2 cores).
+    done = heart("run", "--env", "bfcl", "--task", "multi_turn_base_3", "--trace", str(trace), "--budget", "0",
+                 "--max-clarifications", "0", "--max-plan-steps", "1", *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     events = [r for r in read_trace(trace) if r["kind"] == "event"]
     assert {e["role"] for e in events} == set(ROLES)
