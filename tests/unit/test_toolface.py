@@ -107,7 +107,11 @@ def test_planner_input_on_a_bfcl_task_shows_each_tools_own_description(tmp_path)
     client = RoleClient(ScriptedBackend(script), EpisodeContext("ep", task.task_id, "bfcl"), None)
     HeartLoop(client, toolface, session.clarify, LoopConfig(replan_budget=0)).solve(task.turns[0])
     grouped = next(payload for role, payload in script.calls if role == "planner")["available_tools"]
-    # {category: {tool name: its own one-line description}} — names, never schemas
+    # {category: {tool name: its own one-line description}} — names, never schemas; the Code
+    # family's primitive is always shown beside the tools and is not a ToolFace document
+    from heart.families import CODE_CATEGORY, CODE_PRIMITIVE
+
+    assert list(grouped.pop(CODE_CATEGORY)) == [CODE_PRIMITIVE]
     shown = [(category, name, line) for category, tools in grouped.items() for name, line in tools.items()]
     assert len(shown) >= 5
     for category, name, line in shown:
