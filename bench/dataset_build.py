@@ -37,7 +37,7 @@ from heart_distill.data.build import BuildOptions, build_role_datasets  # noqa: 
 from heart.roles import planner, primitive, router, verifier  # noqa: E402
 from heart.roles.common import render_input  # noqa: E402
 from heart.traces import TRACE_FORMAT_VERSION, TraceReadStats, read_trace  # noqa: E402
-from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402
+from heart_distill.eval.provenance import add_printed_out_argument, stamp, stamped_stdout  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "dataset_build.txt"
 """Where a run's output goes by default (runs/ is not tracked)."""
@@ -181,8 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20_000)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    add_printed_out_argument(parser, OUT)
     return parser
 
 

@@ -35,7 +35,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from heart.roles import planner, primitive, router, verifier  # noqa: E402
 from heart.roles.common import ParseResult  # noqa: E402
-from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402
+from heart_distill.eval.provenance import add_printed_out_argument, stamp, stamped_stdout  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "fuzz.txt"
 """Where a run's output goes by default (runs/ is not tracked)."""
@@ -452,8 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", type=int, default=10_000, help="cases per role parser")
     parser.add_argument("--loop-cases", type=int, default=2_000, help="loop turns over fuzzed answers")
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    add_printed_out_argument(parser, OUT)
     return parser
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from heart.primitives import contained_tool_calls, execute  # noqa: E402
 from heart.toolface import Tool, ToolSpec  # noqa: E402
 from heart.traces import TraceWriter, read_trace  # noqa: E402
-from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402
+from heart_distill.eval.provenance import add_printed_out_argument, stamp, stamped_stdout  # noqa: E402
 
 TIMEOUT_S = 1.0
 OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "hostile_tools.txt"
@@ -69,8 +69,7 @@ def hostile_tools(release: threading.Event) -> list[Tool]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    add_printed_out_argument(parser, OUT)
     return parser
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402  (after the path insert)
+from heart_distill.eval.provenance import add_printed_out_argument, stamp, stamped_stdout  # noqa: E402  (after the path insert)
 from heart_distill.eval.stats import wilson  # noqa: E402
 
 from heart import ROLES  # noqa: E402
@@ -42,8 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fault-rate", type=float, default=0.0,
                         help="gold teacher's injected fault rate (faults cause re-plans)")
     parser.add_argument("--attack", default="ignore_previous", help="an AgentDojo fixed-template attack")
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    add_printed_out_argument(parser, OUT)
     return parser
 
 

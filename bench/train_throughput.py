@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402  (after the path insert)
+from heart_distill.eval.provenance import add_printed_out_argument, stamp, stamped_stdout  # noqa: E402  (after the path insert)
 
 OUT = REPO / "runs" / "bench" / "train_throughput.txt"
 """Where a run's output goes by default (runs/ is not tracked)."""
@@ -62,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--role", default="planner")
     parser.add_argument("--examples", type=int, default=8, help="rows trained on, one epoch")
     parser.add_argument("--max-length", type=int, default=4096, help="same for both; no row is dropped")
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    add_printed_out_argument(parser, OUT)
     return parser
 
 

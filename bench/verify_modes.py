@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from heart_distill.eval.provenance import stamp, stamped_stdout  # noqa: E402  (after the path insert)
+from heart_distill.eval.provenance import add_printed_out_argument, stamp, stamped_stdout  # noqa: E402  (after the path insert)
 
 OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "verify_modes.txt"
 """Where a run's output goes by default (runs/ is not tracked)."""
@@ -73,8 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fault-rate", type=float, default=0.3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tokenizer", default="default", help="'default' (SmolLM2), 'whitespace', or a tokenizer")
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+    add_printed_out_argument(parser, OUT)
     return parser
 
 

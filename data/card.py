@@ -7,6 +7,7 @@ tokenizer — or, when none is available or asked for, whitespace words; the car
 
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 from dataclasses import dataclass
@@ -249,7 +250,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     outside = planner_ok = literal_total = literal_missing = 0
     by_kind: dict[str, dict[str, int]] = {}
     fails = clean_fails = 0
-    writes_retried, priorities = 0, {}
+    writes_retried, priorities = 0, collections.Counter()
     for example in examples:
         payload, answer = _payload_and_answer(example)
         if payload is None or not isinstance(answer, dict):
@@ -267,7 +268,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
             text = example["messages"][-2]["content"]
             for d in answer.get("dispatch", []):
                 h = d.get("h_params") or {}
-                priorities[str(h.get("priority"))] = priorities.get(str(h.get("priority")), 0) + 1
+                priorities[str(h.get("priority"))] += 1
                 writes_retried += (h.get("retry") or 1) > 1 and not is_read_only(str(d.get("target_tool", "")))
                 literal_total += sum(1 for _ in literals(d.get("resolved_bindings", {})))
                 literal_missing += len(ungrounded_literals(d.get("resolved_bindings", {}), text))

@@ -136,6 +136,12 @@ class _Tee(io.TextIOBase):
         return getattr(self.streams[0], "encoding", None) or "utf-8"
 
 
+def add_printed_out_argument(parser, default: Path) -> None:
+    """``--out`` of a bench script whose result is what it prints (see :func:`stamped_stdout`)."""
+    parser.add_argument("--out", type=Path, default=default,
+                        help="what is printed, under the run's provenance stamp (default: %(default)s)")
+
+
 @contextlib.contextmanager
 def stamped_stdout(path: str | Path, stamp: dict[str, Any]) -> Iterator[Path]:
     """Everything printed inside still goes to stdout and is also written to ``path`` (folders

@@ -13,6 +13,17 @@ import argparse
 from heart.argtypes import nonnegative_int, positive_int, probability
 
 
+def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the loop runs a turn, shared by ``heart collect``, ``heart run`` and their kin:
+    re-plan budget, Verifier granularity, tool-boundary middleware."""
+    parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (default 3)")
+    parser.add_argument("--verify", default="step", choices=["step", "attempt"],
+                        help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
+    parser.add_argument("--middleware", default="default", metavar="PATH|default|none",
+                        help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
+                             "corrections), none (arguments bound as given), or a YAML intercept file")
+
+
 def collect_arguments(parser: argparse.ArgumentParser) -> None:
     """``heart collect`` / ``python -m heart_distill.data.collect``."""
     parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
@@ -22,12 +33,7 @@ def collect_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gold teacher: chance that a dispatch carries an injected fault (default 0)")
     parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
     parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0], help="one episode per task per seed")
-    parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B")
-    parser.add_argument("--verify", default="step", choices=["step", "attempt"],
-                        help="Verifier granularity: per step (Algorithm 1) or per whole attempt")
-    parser.add_argument("--middleware", default="default", metavar="PATH|default|none",
-                        help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
-                             "corrections), none (arguments bound as given), or a YAML intercept file")
+    loop_policy_arguments(parser)
     parser.add_argument("--concurrency", type=positive_int, default=8, help="episodes run at once")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="hf teacher: int8 dynamic-quantised base linears (LoRA kept exact)")

@@ -27,7 +27,7 @@ from pathlib import Path
 from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
 from heart.runtime.engines import ENGINE_SPECS
-from heart_distill.arguments import collect_arguments
+from heart_distill.arguments import collect_arguments, loop_policy_arguments
 
 DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
 
@@ -303,12 +303,7 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--short-prompt", action="append", default=[], metavar="ROLE",
                    help="send ROLE the short system prompt (its adapter was context-distilled)")
     p.add_argument("--trace", help="append trace events to this JSONL file")
-    p.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (default 3)")
-    p.add_argument("--verify", default="step", choices=["step", "attempt"],
-                   help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
-    p.add_argument("--middleware", default="default", metavar="PATH|default|none",
-                   help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
-                        "corrections), none (arguments bound as given), or a YAML intercept file")
+    loop_policy_arguments(p)
     p.add_argument("--max-clarifications", type=nonnegative_int, default=2, help="clarification questions per turn")
     p.add_argument("--max-plan-steps", type=positive_int, default=10, help="longest plan (with constrained decoding)")
     p.add_argument("--retrieve-k", type=positive_int, default=None,
