@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(result['episodes'])} pairs, {result['wall_s']:.0f} s\n{markdown(result['summary'])}")
         return 0
 
-    from tqdm import tqdm
+    from heart.progress import progress_bar
 
     from heart.baseline import BaselineConfig
     from heart.catalog import tool_companions
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                        max_new_tokens=args.max_new_tokens))
         rows: list[dict[str, Any]] = []
         start = time.perf_counter()
-        bar = tqdm(total=len(pairs) * len(systems) * 2, unit="episode", desc="injection", file=sys.stdout)
+        bar = progress_bar(total=len(pairs) * len(systems) * 2, unit="episode", desc="injection", file=sys.stdout)
         for pair in pairs:
             def progress(done: str, pair=pair) -> None:
                 bar.set_postfix_str(f"{pair.task_id.partition('/')[2]}×{pair.injection_task_id}: {done} done", refresh=False)

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args: argparse.Namespace) -> int:
 
     from agentdojo.attacks.attack_registry import load_attack
-    from tqdm import tqdm
+    from heart.progress import progress_bar
 
     from heart.runtime.scripted import GoldTeacher
     from heart.environments import load_environment
@@ -70,7 +70,7 @@ def measure(args: argparse.Namespace) -> int:
     reached_episodes: Counter = Counter()
     injected = not_injectable = utility = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for n, task_id in enumerate(tqdm(task_ids, unit="task", desc="injection reach")):
+        for n, task_id in enumerate(progress_bar(task_ids, unit="task", desc="injection reach")):
             suite, user_task = environment._user_task(task_id)  # noqa: SLF001
             injection_task = next(iter(suite.injection_tasks.values()))
             attack = load_attack(args.attack, suite, None)

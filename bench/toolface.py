@@ -38,6 +38,22 @@ Three parts, each measured in this one run:
    re-plans here are driven by the gold Verifier's feedback, which names what is left of
    the request, so this is what the loop can find when its Verifier says that, not what a
    given model's Verifier will say.
+5. **Relevance before selection** (``--relevance``, :mod:`heart.relevance`): per AgentDojo
+   turn of ``--relevance-splits`` (default held-out: dev + test), ToolFace's top 20 (the
+   session ToolFace ``run_episode`` builds, its fused ranking without companions) each judge
+   in the Primitive's relevance mode whether they apply; the Planner would be shown those
+   that do, at most 10, best rank first. Reported beside the default list (the figure of
+   part 1): all gold tools shown, tools shown, gold in the top 20, and the judges' precision
+   and recall against gold relevance and unparsed answers, for each judge of ``--judges``:
+   ``oracle`` (gold relevance, the upper bound: the gold teacher's answers), ``base`` (the
+   base model) and ``adapter`` (``--adapter``: a Primitive adapter trained with relevance
+   rows), served by ``--engine`` with decoding constrained to the answer's schema.
+   Judgements are cached by their exact prompt in ``--cache`` (greedy decoding: the same
+   prompt gets the same answer), so a killed run resumes and ``bench/tool_injection.py``
+   reuses the clean candidates' answers::
+
+       python bench/toolface.py --relevance --skip-sessions --skip-single-turn --skip-scale \
+           --judges oracle base adapter --adapter runs/relevance/adapter
 """
 
 from __future__ import annotations
@@ -228,6 +244,203 @@ def print_loop(results: dict[str, dict]) -> None:
                       f"| {s['shown'][0]:.1f} | {s['calls'][0]:.2f} |")
 
 
+# -- 5. relevance before selection ----------------------------------------------------------
+JUDGES = ("oracle", "base", "adapter")
+
+
+class AnswerCache:
+    """A backend that answers each exact prompt once: greedy answers are looked up by a hash
+    of (judge, role, messages, schema, budget) in a JSON-lines file, and only misses reach
+    ``backend`` (in one batch). It makes a long measurement resumable and lets the injection
+    bench reuse the clean candidates' answers."""
+
+    def __init__(self, backend, judge: str, path: Path | None):
+        self.backend, self.judge, self.path = backend, judge, path
+        self.name = getattr(backend, "name", judge)
+        self.answers: dict[str, dict] = {}
+        self.hits = self.misses = 0
+        if path is not None and path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a torn last line of a killed run
+                    continue
+                self.answers[row["key"]] = row
+
+    def key(self, request) -> str:
+        import hashlib
+
+        blob = json.dumps([self.judge, request.role, request.messages, request.sampling.guided_json,
+                           request.sampling.max_new_tokens], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def generate(self, role, messages, sampling=None):
+        from heart.runtime.base import GenerationRequest, SamplingConfig
+
+        return self.generate_batch([GenerationRequest(role, messages, sampling or SamplingConfig())])[0]
+
+    def generate_batch(self, requests):
+        from heart.runtime.base import Generation
+
+        keys = [self.key(r) for r in requests]
+        todo = [i for i, k in enumerate(keys) if k not in self.answers]
+        self.hits += len(requests) - len(todo)
+        self.misses += len(todo)
+        if todo:
+            fresh = self.backend.generate_batch([requests[i] for i in todo])
+            rows = [{"key": keys[i], "text": g.text, "backend": g.backend, "adapter": g.adapter,
+                     "completion_tokens": g.completion_tokens} for i, g in zip(todo, fresh)]
+            for row in rows:
+                self.answers[row["key"]] = row
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as f:
+                    f.writelines(json.dumps(row) + "\n" for row in rows)
+        return [Generation(text=self.answers[k]["text"], backend=self.answers[k]["backend"],
+                           adapter=self.answers[k]["adapter"],
+                           completion_tokens=self.answers[k]["completion_tokens"]) for k in keys]
+
+
+class OracleJudge:
+    """Gold relevance for whichever task is current: the gold teacher's relevance answers."""
+
+    name = "oracle"
+
+    def __init__(self):
+        self.teacher = None
+
+    def use(self, task, catalog) -> None:
+        from heart.runtime.scripted import GoldTeacher
+
+        self.teacher = GoldTeacher(task, catalog)
+
+    def generate_batch(self, requests):
+        return self.teacher.generate_batch(requests)
+
+
+def trained_short(adapter: str) -> bool:
+    """Whether the adapter was trained on the short system prompt (its manifest's recipe)."""
+    manifest = Path(adapter) / "manifest.json"
+    if not manifest.exists():
+        return False
+    return json.loads(manifest.read_text()).get("recipe", {}).get("data", {}).get("system_prompt") == "short"
+
+
+def relevance_judges(names, engine: str, adapter: str | None, cache: Path | None,
+                     adapter_prompt: str = "auto") -> dict:
+    """judge name → (backend, system prompt): the oracle, the base model, the adapter (served
+    with the short prompt when it was trained on it: ``adapter_prompt`` "auto" reads its
+    manifest, "short" / "full" say so for a folder without one, e.g. a training checkpoint)."""
+    from heart.roles import relevance
+    from heart.runtime.engines import local_backend
+
+    judges = {}
+    for name in names:
+        if name == "oracle":
+            judges[name] = (OracleJudge(), relevance.SYSTEM_PROMPT)
+        elif name == "base":
+            backend = local_backend(engine, "smollm2-135m", max_batch_size=20, slot_tokens=1024)
+            judges[name] = (AnswerCache(backend, f"base:{engine}", cache), relevance.SYSTEM_PROMPT)
+        elif name == "adapter":
+            if not adapter or not Path(adapter).is_dir():
+                raise SystemExit(f"error: --judges adapter needs --adapter PATH (a Primitive adapter folder), got {adapter!r}")
+            backend = local_backend(engine, "smollm2-135m", adapters={"primitive": adapter},
+                                    max_batch_size=20, slot_tokens=1024)
+            short = trained_short(adapter) if adapter_prompt == "auto" else adapter_prompt == "short"
+            prompt = relevance.SHORT_SYSTEM_PROMPT if short else relevance.SYSTEM_PROMPT
+            judges[name] = (AnswerCache(backend, f"adapter:{engine}:{Path(adapter).resolve()}", cache), prompt)
+        else:
+            raise SystemExit(f"error: unknown judge {name!r} (one of {JUDGES})")
+    return judges
+
+
+def judge_turn(backend, system_prompt: str, task, catalog, query: str, cards: list[dict]):
+    """One turn's relevance judgements through :func:`heart.relevance.judge`."""
+    from heart.calls import EpisodeContext, RoleClient
+    from heart.relevance import judge
+
+    if isinstance(backend, OracleJudge):
+        backend.use(task, catalog)
+    roles = RoleClient(backend, EpisodeContext(f"relevance/{task.task_id}", task.task_id, task.env))
+    return judge(roles, query, cards, system_prompt=system_prompt, constrained=True)
+
+
+def judge_summary(name: str, counts: dict, judges: dict) -> dict:
+    from heart.roles import relevance
+
+    backend, system_prompt = judges[name]
+    return {**counts, "precision": counts["tp"] / max(1, counts["tp"] + counts["fp"]),
+            "recall": counts["tp"] / max(1, counts["tp"] + counts["fn"]),
+            "system_prompt": "short" if system_prompt == relevance.SHORT_SYSTEM_PROMPT else "full",
+            "backend": getattr(backend, "name", name),
+            "cache": {"hits": getattr(backend, "hits", 0), "misses": getattr(backend, "misses", 0)}}
+
+
+def measure_relevance(env_name: str, splits: list[str], limit: int | None, n_boot: int, judges: dict) -> dict:
+    from heart.progress import progress_bar
+    from heart.relevance import CANDIDATES, SHOWN, candidate_cards, select
+
+    env, cases = session_cases(env_name, limit)
+    cases = [c for c in cases if c[1] in splits]
+    catalog = env.catalog()
+    Embedder().embed(sorted({q for *_, turns in cases for q, _ in turns}))
+    rows: dict[str, dict[str, list[list[float]]]] = {}
+    counts = {name: {"tp": 0, "fp": 0, "fn": 0, "tn": 0, "unparsed": 0, "calls": 0} for name in judges}
+    for task_id, split, session, turns in progress_bar(cases, unit="task", desc="relevance"):
+        task = env.load_task(task_id)
+        face = session_toolface(env, session)
+        values: dict[str, list[float]] = {}
+        for query, gold in turns:
+            default = [t.name for t in face.retrieve(query)]
+            names = [n for n, _ in face.search(query, CANDIDATES)]
+            values.setdefault("default all@shown", []).append(float(set(gold) <= set(default)))
+            values.setdefault("default shown", []).append(float(len(default)))
+            values.setdefault("candidates all@20", []).append(float(set(gold) <= set(names)))
+            values.setdefault("candidates top-10 all", []).append(float(set(gold) <= set(names[:SHOWN])))
+            cards = candidate_cards(face, names)
+            for name, (backend, system_prompt) in judges.items():
+                judgements = judge_turn(backend, system_prompt, task, catalog, query, cards)
+                shown = select(judgements, SHOWN)
+                values.setdefault(f"{name} all@shown", []).append(float(set(gold) <= set(shown)))
+                values.setdefault(f"{name} shown", []).append(float(len(shown)))
+                c = counts[name]
+                for j in judgements:
+                    c["calls"] += 1
+                    c["unparsed"] += j.error is not None
+                    c[("tp" if j.applies else "fn") if j.name in gold else ("fp" if j.applies else "tn")] += 1
+        for key, v in values.items():
+            add_by_split(rows, split, key, v)
+    result: dict = {"environment": env_name, "splits": splits, "tasks": len(cases),
+                    "candidates": CANDIDATES, "shown_at_most": SHOWN,
+                    "confidence": "ToolFace rank (the engines expose no token probabilities)",
+                    "judges": {name: judge_summary(name, c, judges) for name, c in counts.items()}}
+    for split, by_key in rows.items():
+        if split != "all":
+            result[split] = {key: bootstrap(v, n_boot) for key, v in by_key.items()}
+            result[split]["turns"] = sum(len(t) for t in by_key["default shown"])
+    return result
+
+
+def print_relevance(r: dict) -> None:
+    print(f"\n## Relevance before selection ({r['environment']}): all gold tools shown to the first Planner "
+          f"call (≤ {r['shown_at_most']} of the top {r['candidates']}; 95% bootstrap over tasks)\n")
+    names = list(r["judges"])
+    print("| split | turns | default list | shown (mean) | gold in top 20 | top 10 of the 20 | "
+          + " | ".join(f"{n} | shown (mean)" for n in names) + " |")
+    print("|---|---|---|---|---|---|" + "---|---|" * len(names))
+    held_out = [split for split in r["splits"] if split != "train"]
+    for split in ("train", "dev", "test", "held-out"):
+        if split in r and not (split == "held-out" and len(held_out) < 2):  # held-out = dev + test
+            s = r[split]
+            print(f"| {split} | {s['turns']} | {fmt(s['default all@shown'])} | {s['default shown'][0]:.1f} "
+                  f"| {fmt(s['candidates all@20'])} | {fmt(s['candidates top-10 all'])} | "
+                  + " | ".join(f"**{fmt(s[f'{n} all@shown'])}** | {s[f'{n} shown'][0]:.1f}" for n in names) + " |")
+    print("\n| judge | system prompt | relevance calls | precision | recall | unparsed (does not apply) |")
+    print("|---|---|---|---|---|---|")
+    for n, j in r["judges"].items():
+        print(f"| {n} | {j['system_prompt']} | {j['calls']} | {j['precision']:.3f} | {j['recall']:.3f} | {j['unparsed']} |")
+
+
 # -- 2. single-turn against the central catalog ---------------------------------------------
 def single_turn_cases(catalog) -> list[tuple[str, list[str]]]:
     """(query, gold catalog names) for every single-turn entry with gold calls."""
@@ -394,6 +607,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-single-turn", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--loop", action="store_true", help="also measure what the loop shows (gold teacher)")
+    parser.add_argument("--relevance", action="store_true",
+                        help="also measure relevance before selection on AgentDojo (part 5)")
+    parser.add_argument("--judges", nargs="+", default=["oracle"], choices=JUDGES,
+                        help="who judges relevance (default: oracle)")
+    parser.add_argument("--adapter", default=None, help="the Primitive adapter folder for --judges adapter")
+    parser.add_argument("--engine", default="llamacpp:f16", help="engine serving base and adapter (heart.runtime.engines)")
+    parser.add_argument("--adapter-prompt", default="auto", choices=["auto", "short", "full"],
+                        help="the adapter's relevance system prompt (auto: as its manifest's recipe trained it)")
+    parser.add_argument("--relevance-splits", nargs="+", default=["dev", "test"], choices=["train", "dev", "test"],
+                        help="splits of the relevance measurement (default: held-out = dev + test)")
+    parser.add_argument("--cache", type=Path, default=OUT.parent / "relevance_answers.jsonl",
+                        help="relevance answers by prompt (resumes a killed run; default: %(default)s)")
     parser.add_argument("--out", type=Path, default=OUT, help="the figures as JSON (default: %(default)s)")
     return parser
 
@@ -410,6 +635,10 @@ def main() -> None:
     if args.loop:
         report["loop"] = {env: measure_loop(env, args.limit, args.bootstrap) for env in ("bfcl", "agentdojo")}
         print_loop(report["loop"])
+    if args.relevance:
+        judges = relevance_judges(args.judges, args.engine, args.adapter, args.cache, args.adapter_prompt)
+        report["relevance"] = measure_relevance("agentdojo", args.relevance_splits, args.limit, args.bootstrap, judges)
+        print_relevance(report["relevance"])
     if not args.skip_single_turn:
         report["single_turn"] = measure_single_turn(args.bootstrap, None if args.limit is None else args.limit * 10)
         print_single_turn(report["single_turn"])

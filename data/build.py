@@ -42,6 +42,7 @@ from heart_distill.data.filters import (
     balance_verdicts,
     dedupe,
     first_failing_filter,
+    is_relevance,
     judged_steps,
 )
 from heart.argtypes import fraction, nonnegative_int, ratio_or_none
@@ -72,10 +73,15 @@ class BuildOptions:
     """Replace role folders that already exist under the output folder."""
     roles: tuple[str, ...] = ROLES
     """Roles to build."""
+    relevance_balance: float | None = None
+    """Max ratio of majority to minority label among the Primitive's relevance rows in each
+    split (a turn has a few tools that apply among up to 20 candidates); None keeps all."""
 
     def __post_init__(self) -> None:
         if self.verifier_balance is not None and not self.verifier_balance >= 1.0:
             raise ValueError(f"verifier_balance must be >= 1.0 or None, got {self.verifier_balance!r}")
+        if self.relevance_balance is not None and not self.relevance_balance >= 1.0:
+            raise ValueError(f"relevance_balance must be >= 1.0 or None, got {self.relevance_balance!r}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
         unknown = set(self.roles) - set(ROLES)
@@ -134,6 +140,9 @@ def features_for(role: str):
         columns["verdict"] = Value("string")
         columns["fault_kind"] = Value("string")
         columns["executed_cleanly"] = Value("bool")
+    if role == "primitive":
+        columns["mode"] = Value("string")  # "call" (arguments for a request), "relevance" (does the tool apply)
+        # or "messages" (what later steps need from a result)
     return Features(columns)
 
 
@@ -153,6 +162,9 @@ def to_example(event: dict[str, Any], facts: EpisodeFacts) -> Example:
         "attempt": event["attempt"],
         "step": event["step"],
     }
+    if event["role"] == "primitive":
+        # "relevance", "messages" (heart.roles.primitive_messages) as traced, else "call"
+        example["mode"] = "relevance" if is_relevance(event) else (event.get("extra") or {}).get("mode") or "call"
     if event["role"] == "verifier":
         example["verdict"] = facts.env_verdict(event)
         example["fault_kind"] = (event.get("extra") or {}).get("fault_kind") or ("none" if example["verdict"] == "PASS" else "unlabelled")
@@ -387,6 +399,16 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
                 removed["verifier_balance"] += dropped
                 if note:
                     balance_notes[split] = note
+        if role == "primitive" and options.relevance_balance is not None:
+            for split in SPLIT_NAMES:
+                judged = [e for e in by_split[split] if e.get("mode") == "relevance"]
+                kept, dropped, _ = balance_verdicts(
+                    judged, options.relevance_balance, options.seed,
+                    label=lambda e: "applies" if relevance_applies(e) else "does_not_apply",
+                    labels=("applies", "does_not_apply"))
+                kept_ids = {id(e) for e in kept}
+                by_split[split] = [e for e in by_split[split] if e.get("mode") != "relevance" or id(e) in kept_ids]
+                removed["relevance_balance"] += dropped
         tasks = {split: {(e["env"], e["task_id"]) for e in rows} for split, rows in by_split.items()}
         overlap = tasks["train"] & tasks["validation"]
         if overlap:  # a real check, not an assert: -O must not switch it off
@@ -413,6 +435,11 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
             "full system prompt, indented input (before)": length_stats(
                 counter.count([variant_messages(m, role, pretty=True) for m in all_messages])),
         }
+        if role == "primitive":  # relevance rows: labelled by what the verified turn used
+            role_report["relevance"] = {
+                split: {"applies": sum(e.get("mode") == "relevance" and relevance_applies(e) for e in rows),
+                        "does_not_apply": sum(e.get("mode") == "relevance" and not relevance_applies(e) for e in rows)}
+                for split, rows in by_split.items()}
         if role == "verifier":
             role_report["verdicts"] = {
                 split: dict(Counter(e["verdict"] for e in rows)) for split, rows in by_split.items()
@@ -498,12 +525,19 @@ def _to_dataset(rows: list[Example], features):
                              features=features)
 
 
+def relevance_applies(example: Example) -> bool:
+    """The label of a relevance row: its assistant answer's ``applies``."""
+    return bool(json.loads(example["messages"][-1]["content"]).get("applies"))
+
+
 def _applies(rule: str, role: str) -> bool:
     for event_filter in EVENT_FILTERS:
         if event_filter.name == rule:
             return role in event_filter.roles
     if rule == "verifier_balance":
         return role == "verifier"
+    if rule == "relevance_balance":
+        return role == "primitive"
     return rule != "unknown_role"
 
 
@@ -539,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="output folder (default: <run_dir>/datasets)")
     parser.add_argument("--verifier-balance", type=ratio_or_none, default="1.0",
                         help="max majority/minority verdict ratio per Verifier split, or 'none'")
+    parser.add_argument("--relevance-balance", type=ratio_or_none, default="none",
+                        help="max majority/minority label ratio of the Primitive's relevance rows per split, "
+                             "or 'none' (default: keep all)")
     parser.add_argument("--validation-fraction", type=fraction, default=0.1,
                         help="share of task ids held out when the run has no dev-split task")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the Verifier downsampling")
@@ -551,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = BuildOptions(
             verifier_balance=args.verifier_balance,
+            relevance_balance=args.relevance_balance,
             validation_fraction=args.validation_fraction,
             seed=args.seed,
             token_counter=args.tokenizer,

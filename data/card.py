@@ -168,6 +168,13 @@ def render_card(role: str, role_report: dict[str, Any], context: dict[str, Any])
             "environment won: the example was dropped (`verdict_disagrees_with_env` below), "
             "so no row teaches the teacher's mistake.",
         ]
+    if role_report.get("relevance"):
+        lines += ["", "### Relevance rows (column `mode`: `relevance`; the rest are `call`)", "",
+                  "The Primitive's relevance mode (does my tool apply to this request?): a tool the "
+                  "verified turn ran applies, a retrieved candidate it did not run does not.", "",
+                  "| split | applies | does not apply |", "|---|---:|---:|"]
+        for split, counts in role_report["relevance"].items():
+            lines.append(f"| {split} | {counts['applies']} | {counts['does_not_apply']} |")
     lines += [
         "",
         "## Filters",
@@ -241,7 +248,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     import jsonschema
 
     from heart.grounding import literals, ungrounded_literals
-    from heart.roles import ROLE_MODULES
+    from heart.roles import ROLE_MODULES, relevance
     from heart.roles.planner import shown_tools
     from heart.roles.router import is_read_only
 
@@ -255,8 +262,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         payload, answer = _payload_and_answer(example)
         if payload is None or not isinstance(answer, dict):
             continue
+        module = relevance if role == "primitive" and relevance.is_relevance_input(payload) else ROLE_MODULES[role]
         try:
-            valid += jsonschema.Draft202012Validator(ROLE_MODULES[role].schema_for_input(payload)).is_valid(answer)
+            valid += jsonschema.Draft202012Validator(module.schema_for_input(payload)).is_valid(answer)
         except (KeyError, TypeError, AttributeError):
             pass
         if role == "planner":
@@ -329,9 +337,12 @@ def variant_messages(messages: Messages, role: str, *, short: bool = False, pret
     from heart.roles import ROLE_MODULES
     from heart.roles.common import read_input
 
+    from heart.roles import relevance
+
     out = [dict(m) for m in messages]
     if short:
-        out[0]["content"] = ROLE_MODULES[role].SHORT_SYSTEM_PROMPT
+        mode = relevance if role == "primitive" and out[0]["content"] == relevance.SYSTEM_PROMPT else ROLE_MODULES[role]
+        out[0]["content"] = mode.SHORT_SYSTEM_PROMPT
     if pretty:
         user = out[-2]["content"]
         instruction = user.split("\n", 1)[0]

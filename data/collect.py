@@ -13,12 +13,18 @@ episode whose record is missing from its shard. An *errored* episode (infrastruc
 failure: a backend exception, a checker crash, a tool call abandoned on timeout) is
 recorded and counted apart; ``--resume`` runs it again. ``manifest.json`` is updated under
 a file lock and replaced atomically, so concurrent collections into one folder lose nothing.
+
+``--executor ray`` runs the same episodes on Ray Data actors (:mod:`heart_distill.executors`):
+the jobs are cut into shards of ``--shard-size``, each run by a :class:`CollectionWorker` into
+its own trace shard under the same rules, so either executor resumes what the other began
+(``--out`` must then be a folder every Ray node sees).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import os
 import platform
@@ -26,6 +32,7 @@ import secrets
 import sys
 import time
 from importlib import metadata
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from heart.atomic import publish_text
@@ -36,6 +43,7 @@ from heart.loop import LoopConfig
 from heart.traces import TraceFormatError, TraceReadStats, TraceWriter, read_trace
 from heart_distill.arguments import collect_arguments as add_arguments
 from heart_distill.data.teachers import TeacherFactory
+from heart_distill.executors import ExecutorError, connect_ray, options_from_args, run_jobs, shards
 
 MANIFEST = "manifest.json"
 
@@ -69,10 +77,22 @@ def finished_episodes(out: Path) -> set[str]:
     return done
 
 
-def new_shard_path(traces: Path) -> Path:
-    """A shard name no other run has used: UTC time (names sort by start), pid, randomness."""
+def finished_records(shards: list[Path]) -> dict[str, tuple[Path, dict]]:
+    """Episode id → (shard, record) of the episodes finished (not errored) in ``shards``."""
+    found: dict[str, tuple[Path, dict]] = {}
+    for shard in shards:
+        for row in read_trace(shard):
+            if row.get("kind") == "episode" and not row.get("errored"):
+                found.setdefault(row["episode_id"], (shard, row))
+    return found
+
+
+def new_shard_path(traces: Path, tag: str | None = None) -> Path:
+    """A shard name no other run has used: UTC time (names sort by start), pid, randomness,
+    and the ``tag`` of a Ray shard (its run and index: every attempt at it carries the same)."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return traces / f"shard-{stamp}-{os.getpid()}-{secrets.token_hex(4)}.jsonl"
+    suffix = f"-{tag}" if tag else ""
+    return traces / f"shard-{stamp}-{os.getpid()}-{secrets.token_hex(4)}{suffix}.jsonl"
 
 
 def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory, task_ids: list[str]) -> None:
@@ -116,14 +136,98 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
         publish_text(path, json.dumps(manifest, indent=2) + "\n")
 
 
+@dataclass(frozen=True)
+class CollectionSpec:
+    """What a :class:`CollectionWorker` is built from, in whichever process runs it (picklable)."""
+
+    env: str
+    teacher: str
+    fault_rate: float
+    quantize: str | None
+    max_batch_size: int
+    loop: LoopConfig
+    out: str
+    concurrency: int
+    """Episodes one worker runs at once (threads)."""
+    run: str
+    """Random token of this run: names its Ray shards' trace files, so a retried shard finds
+    what its earlier attempt finished."""
+
+
+class CollectionWorker:
+    """Runs shards of (task id, seed) episodes with one environment and one teacher, each
+    shard into a trace shard of its own, created exclusively (:mod:`heart_distill.executors`).
+
+    Under Ray a shard's trace file carries ``<run>-<shard index>`` in its name. Ray runs a
+    shard again when the actor running it died; the new attempt reads the episode records its
+    earlier attempts wrote, reports them instead of running them again, and writes the rest
+    into a new file: no episode lost or written twice, and the dead attempt's unfinished
+    episode (events without a record) is dropped by the dataset builder as after any kill.
+    """
+
+    def __init__(self, spec: CollectionSpec, environment=None, teacher: TeacherFactory | None = None):
+        self.spec = spec
+        self.environment = environment or load_environment(spec.env)
+        self.teacher = teacher or TeacherFactory(spec.teacher, spec.fault_rate, self.environment,
+                                                 quantize=spec.quantize, max_batch_size=spec.max_batch_size)
+        self.traces = Path(spec.out) / "traces"
+
+    def run_shard(self, shard_index: int | None, jobs: list, report) -> None:
+        tag = None if shard_index is None else f"{self.spec.run}-{shard_index:05d}"
+        jobs = [(str(task_id), int(seed)) for task_id, seed in jobs]
+        if tag is not None:
+            earlier = finished_records(sorted(self.traces.glob(f"shard-*-{tag}.jsonl")))
+            for path, record in earlier.values():
+                report({"shard": str(path), "record": record})
+            jobs = [(t, s) for t, s in jobs
+                    if episode_id(self.spec.env, t, s, self.teacher.name) not in earlier]
+        if not jobs:
+            return
+        # Embed every query of the shard in one batch: one batched pass is far cheaper than
+        # one model call per turn, and ToolFace then finds each query in the embedding cache.
+        Embedder().embed(sorted({q for tid, _ in jobs for q in self.environment.load_task(tid).turns}))
+        shard = new_shard_path(self.traces, tag)
+
+        def one(job):
+            task_id, seed = job
+            task = self.environment.load_task(task_id)
+            with self.teacher.client():
+                return run_episode(self.environment, task, self.teacher(task, seed), config=self.spec.loop,
+                                   trace=writer, seed=seed)
+
+        with TraceWriter(shard, exclusive=True) as writer, \
+                concurrent.futures.ThreadPoolExecutor(max_workers=self.spec.concurrency) as pool:
+            futures = {pool.submit(one, job): job for job in jobs}
+            for future in concurrent.futures.as_completed(futures):
+                try:
+                    record = asdict(future.result().record)
+                except Exception as err:  # reported as errored: --resume runs it again
+                    task_id, seed = futures[future]
+                    record = {"raised": True, "errored": True, "task_id": task_id, "seed": seed,
+                              "error": f"{type(err).__name__}: {err}"}
+                report({"shard": str(shard), "record": record})
+
+
 def collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    try:
+        executor = options_from_args(args)
+        if executor.kind == "ray":  # before anything is written: an unreachable cluster changes nothing
+            connect_ray(executor.address)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    except ExecutorError as err:
+        raise SystemExit(f"error: --executor ray: {err}") from None
     environment = load_environment(args.env)
     from heart.middleware import load_middleware
     from heart.user_errors import UserError
 
     middleware = getattr(args, "middleware", "default")
     load_middleware(middleware, catalog=environment.catalog())  # MiddlewareError: file and field named
+    if getattr(args, "validation", "default") not in ("default", "none"):
+        from heart.validation import load_result_shapes
+
+        load_result_shapes(args.validation)  # ShapesFormatError (a UserError): the file and what is wrong
 
     try:
         teacher = TeacherFactory(args.teacher, args.fault_rate, environment,
@@ -144,51 +248,52 @@ def collect(args: argparse.Namespace) -> int:
               f"already done in {out}; nothing to run", file=sys.stderr)
         return 0
     (out / "traces").mkdir(exist_ok=True)
-    shard = new_shard_path(out / "traces")  # one per run, created exclusively
-    config = LoopConfig(replan_budget=args.budget, verify=args.verify, middleware=middleware)
+    config = LoopConfig(replan_budget=args.budget, verify=args.verify, middleware=middleware,
+                        relevance=getattr(args, "relevance", False), messages=not getattr(args, "no_messages", False),
+                        validation=getattr(args, "validation", "default"))
+    spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
+                          max_batch_size=args.max_batch_size, loop=config, out=str(out),
+                          concurrency=args.concurrency, run=secrets.token_hex(4))
+    where = (f"a new shard in {out / 'traces'}" if executor.kind == "local" else
+             f"{len(shards(jobs, executor.shard_size))} shards of <= {executor.shard_size} on "
+             f"{executor.workers} Ray workers")
     print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(wanted)} episodes, "
-          f"{len(wanted) - len(jobs)} already done, {len(jobs)} to run → {shard}", file=sys.stderr)
+          f"{len(wanted) - len(jobs)} already done, {len(jobs)} to run → {where}", file=sys.stderr)
 
-    from tqdm import tqdm
-
-    # Embed every query of the run in one batch: one batched pass is far cheaper than one
-    # model call per turn, and ToolFace then finds each query in the embedding cache.
-    Embedder().embed(sorted({q for tid, _ in jobs for q in environment.load_task(tid).turns}))
+    from heart.progress import progress_bar
 
     stats = {"ok": 0, "n": 0, "replans": 0, "recovered": 0, "errored": 0, "reused_steps": 0,
              "passed_steps_reexecuted": 0, "state_changing_executed_twice": 0}
+    written: set[str] = set()
 
-    def one(job):
-        task_id, seed = job
-        task = environment.load_task(task_id)
-        with teacher.client():
-            return run_episode(environment, task, teacher(task, seed), config=config, trace=writer, seed=seed)
+    with progress_bar(total=len(jobs), unit="ep", desc=f"collect {args.env}") as bar:
+        def report(result: dict) -> None:
+            written.add(result["shard"])
+            record = result["record"]
+            if record.get("raised"):  # one broken episode never stops the collection (--resume retries it)
+                stats["errored"] += 1
+                print(f"collect: episode failed: {record['error']}", file=sys.stderr)
+            elif record["errored"]:  # infrastructure, not the teacher: counted apart, retried on --resume
+                stats["errored"] += 1
+                print(f"collect: episode {record['task_id']} errored: {record['error']}", file=sys.stderr)
+            else:
+                stats["n"] += 1
+                stats["ok"] += record["success"]
+                stats["replans"] += sum(record["replans_used"])
+                stats["recovered"] += sum(1 for v, r in zip(record["verdicts"], record["replans_used"])
+                                          if v == "PASS" and r > 0)
+                for name in ("reused_steps", "passed_steps_reexecuted", "state_changing_executed_twice"):
+                    stats[name] += record[name]
+            bar.update(1)  # the bar shows episodes/s itself
+            bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}", errored=stats["errored"])
 
-    with TraceWriter(shard, exclusive=True) as writer, tqdm(total=len(jobs), unit="ep", desc=f"collect {args.env}") as bar:
-        workers = args.concurrency
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(one, job) for job in jobs]
-            for future in concurrent.futures.as_completed(futures):
-                try:
-                    record = future.result().record
-                except Exception as err:  # one broken episode never stops the collection (--resume retries it)
-                    stats["errored"] += 1
-                    print(f"collect: episode failed: {type(err).__name__}: {err}", file=sys.stderr)
-                else:
-                    if record.errored:  # infrastructure, not the teacher: counted apart, retried on --resume
-                        stats["errored"] += 1
-                        print(f"collect: episode {record.task_id} errored: {record.error}", file=sys.stderr)
-                    else:
-                        stats["n"] += 1
-                        stats["ok"] += record.success
-                        stats["replans"] += sum(record.replans_used)
-                        stats["recovered"] += sum(1 for v, r in zip(record.verdicts, record.replans_used)
-                                                  if v == "PASS" and r > 0)
-                        for name in ("reused_steps", "passed_steps_reexecuted", "state_changing_executed_twice"):
-                            stats[name] += getattr(record, name)
-                bar.update(1)  # tqdm shows episodes/s itself
-                bar.set_postfix(success=f"{stats['ok'] / max(stats['n'], 1):.0%}", errored=stats["errored"])
-    summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shard": str(shard)}
+        try:
+            run_jobs(jobs, functools.partial(CollectionWorker, spec), executor, report,
+                     local_worker=CollectionWorker(spec, environment, teacher) if executor.kind == "local" else None)
+        except ExecutorError as err:
+            raise SystemExit(f"error: --executor {executor.kind}: {err}; --resume runs the missing episodes") from None
+    summary = {**stats, "success_rate": stats["ok"] / max(stats["n"], 1), "shards": sorted(written),
+               "executor": executor.describe()}
     publish_text(out / "last_collect.json", json.dumps(summary, indent=2) + "\n")
     print(f"collect: {stats['ok']}/{stats['n']} episodes valid by the {args.env} checker; "
           f"{stats['replans']} re-plans, {stats['recovered']} turns recovered after a re-plan, "

@@ -89,6 +89,10 @@ class EpisodeFacts:
                 found.executed_tools.add(((event.get("extra") or {}).get("envelope") or {}).get("tool"))
         return facts
 
+    def turn_tools(self, turn: int) -> set:
+        """Tools whose Primitive call returned SUCCESS in any attempt of ``turn``."""
+        return set().union(*(f.executed_tools for (t, _), f in self.attempts.items() if t == turn))
+
     @property
     def success(self) -> bool:
         return bool(self.record.get("success"))
@@ -140,6 +144,22 @@ class EpisodeFacts:
         return bool(later - facts.executed_tools)
 
 
+def is_relevance(event: Event) -> bool:
+    """A Primitive call in relevance mode (:mod:`heart.roles.relevance`): "does my tool apply?"."""
+    return (event.get("extra") or {}).get("mode") == "relevance"
+
+
+def relevance_label(event: Event, facts: "EpisodeFacts") -> bool | None:
+    """Whether the judged tool applied, as the episode shows it: it applies when the turn ran
+    it successfully (a turn's gold tools, in a gold teacher's verified episode); a retrieved
+    candidate the turn did not use does not. None when the input names no tool."""
+    payload = event_input(event)
+    tool = ((payload or {}).get("tool") or {}).get("name")
+    if tool is None:
+        return None
+    return tool in facts.turn_tools(event["turn"])
+
+
 def injected_fault(event: Event) -> str | None:
     return (event.get("extra") or {}).get("injected_fault")
 
@@ -173,7 +193,7 @@ def judged_steps(event: Event) -> list[dict[str, Any]] | None:
 
 def schema_valid(event: Event) -> bool:
     """The answer validates against the schema its role is served with for this input."""
-    from heart.roles import ROLE_MODULES
+    from heart.roles import ROLE_MODULES, relevance
 
     payload = event_input(event)
     if payload is None:
@@ -181,7 +201,8 @@ def schema_valid(event: Event) -> bool:
     try:
         answer = json.loads(event["raw_output"])
         # the validator class directly: jsonschema.validate re-checks the schema every call
-        return jsonschema.Draft202012Validator(ROLE_MODULES[event["role"]].schema_for_input(payload)).is_valid(answer)
+        module = relevance if is_relevance(event) else ROLE_MODULES[event["role"]]
+        return jsonschema.Draft202012Validator(module.schema_for_input(payload)).is_valid(answer)
     except (ValueError, KeyError, TypeError, AttributeError):
         return False
 
@@ -216,7 +237,9 @@ EVENT_FILTERS: tuple[EventFilter, ...] = (
         "calls from attempts other than the one the Verifier passed in their turn (failed "
         "attempts before a re-plan, and turns whose last attempt did not PASS)",
         ACTOR_ROLES,
-        lambda e, facts: e["attempt"] == facts.passed_attempt(e["turn"]),
+        # (relevance calls are asked once per turn, before its first plan: their label is
+        # what the turn used, see relevance_disagrees_with_use)
+        lambda e, facts: is_relevance(e) or e["attempt"] == facts.passed_attempt(e["turn"]),
     ),
     EventFilter(
         "unparsed_output",
@@ -244,7 +267,15 @@ EVENT_FILTERS: tuple[EventFilter, ...] = (
         "primitive_failure",
         "Primitive calls whose execution envelope is not SUCCESS",
         ("primitive",),
-        lambda e, facts: envelope_status(e) == "SUCCESS",
+        lambda e, facts: is_relevance(e) or envelope_status(e) == "SUCCESS",
+    ),
+    EventFilter(
+        "relevance_disagrees_with_use",
+        "relevance answers (the Primitive's relevance mode) that disagree with what the "
+        "verified turn used: a tool the turn ran applies, a retrieved candidate it did not "
+        "run does not; the episode wins over the teacher",
+        ("primitive",),
+        lambda e, facts: not is_relevance(e) or (e["parsed"] or {}).get("applies") == relevance_label(e, facts),
     ),
     EventFilter(
         "router_ungrounded",
@@ -280,6 +311,8 @@ RULES: dict[str, str] = {
     **{f.name: f.description for f in EVENT_FILTERS},
     "duplicate": "exact duplicates (same messages, assistant answer included); the first is kept",
     "test_split_task": "examples of tasks in the toolkit's test split: never trained on",
+    "relevance_balance": "relevance rows of the majority label (usually \"does not apply\") dropped "
+    "(seeded, deterministic) so that majority/minority <= the configured ratio, in each split",
     "verifier_balance": "majority-verdict Verifier examples dropped (seeded, deterministic) so "
     "that majority/minority <= the configured ratio, in each split",
 }
@@ -334,18 +367,20 @@ def _provenance(example: Example) -> tuple:
 
 
 def balance_verdicts(
-    examples: list[Example], max_ratio: float, seed: int
+    examples: list[Example], max_ratio: float, seed: int,
+    label: Callable[[Example], str] = lambda e: e["verdict"], labels: tuple[str, str] = ("PASS", "FAIL"),
 ) -> tuple[list[Example], int, str | None]:
     """Downsample the majority verdict so that majority / minority <= ``max_ratio``.
 
     Which majority examples stay is decided by a seeded hash of their content, so the same
     inputs and seed give the same dataset, and the survivors keep their original order.
     Returns (kept, removed, note); with no minority example at all nothing is removed and
-    the note says so (balancing would empty the split).
+    the note says so (balancing would empty the split). ``label`` and ``labels`` name the
+    two classes (the Verifier's verdicts by default; relevance rows: applies or not).
     """
-    by_verdict: dict[str, list[int]] = {"PASS": [], "FAIL": []}
+    by_verdict: dict[str, list[int]] = {name: [] for name in labels}
     for index, example in enumerate(examples):
-        by_verdict[example["verdict"]].append(index)
+        by_verdict[label(example)].append(index)
     majority, minority = sorted(by_verdict, key=lambda v: (-len(by_verdict[v]), v))
     n_major, n_minor = len(by_verdict[majority]), len(by_verdict[minority])
     if n_major == 0:

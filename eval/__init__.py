@@ -8,5 +8,6 @@
 - :mod:`eval.heldout` — test-split role datasets from a collection run;
 - :mod:`eval.serving` — a role input's serving schema and parser (the one format-aware module);
 - :mod:`eval.formats` — older trace formats mapped onto the Appendix D names;
-- :mod:`eval.models` — what ``--roles base|ADAPTERS_DIR|teacher:SPEC`` serves.
+- :mod:`eval.models` — what ``--roles base|ADAPTERS_DIR|teacher:SPEC`` serves;
+- :mod:`eval.optimize` — ``heart optimize``: harness search around a fixed model and PRISM's protocol.
 """

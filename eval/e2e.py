@@ -11,6 +11,9 @@ Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's 
 a remote backend serves several at once, and an in-process transformers model sits behind
 the batching scheduler (:class:`heart.runtime.scheduler.BatchingBackend`), which serves the
 episodes' pending role calls as one mixed-role batch.
+``--executor ray`` runs the same (side, task, seed) episodes on Ray Data actors
+(:mod:`heart_distill.executors`), each building its own :class:`E2EWorker` (environment and
+backends); their rows come back to this process, which writes the files.
 
 An episode is *errored* — infrastructure, not the model — when it raises, when its record
 says so (``EpisodeRecord.errored``), when a role call failed inside the backend (the loop
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -45,6 +49,8 @@ from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_ro
                          with_base_side)
 from heart_distill.eval.roles import MAX_NEW_TOKENS
 from heart_distill.eval.stats import bootstrap, pass_hat_k
+from heart_distill.arguments import executor_arguments
+from heart_distill.executors import LOCAL, ExecutorError, ExecutorOptions, options_from_args, run_jobs
 from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
 from heart.runtime.scheduler import BatchingBackend
@@ -93,6 +99,9 @@ class E2EConfig:
     constrained: bool = True
     seed: int = 0
     """Seed of the bootstrap."""
+    harness: str | None = None
+    """A harness folder (:mod:`heart.harness`: role prompt edits + middleware); None: the
+    shipped prompts and the default middleware."""
 
 
 class EpisodeEvents:
@@ -149,6 +158,13 @@ def episode_row(task_id: str, seed: int, events: list[dict[str, Any]], record: A
     }
 
 
+def harness_fields(path: str | None) -> dict[str, Any]:
+    """The LoopConfig fields of the harness at ``path`` (none: {})."""
+    from heart.harness import load_harness, loop_fields
+
+    return loop_fields(load_harness(path)) if path else {}
+
+
 def gold_teacher(task, environment, seed: int) -> Backend:
     from heart.runtime.scripted import GoldTeacher
 
@@ -171,7 +187,7 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
         replan_budget=0 if single_turn else config.budget,
         max_clarifications=config.max_clarifications, retrieve_k=config.retrieve_k,
         max_plan_steps=config.max_plan_steps, short_prompts=models.short_prompts,
-        constrained=config.constrained)
+        constrained=config.constrained, **harness_fields(config.harness))
     sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[r],
                                   temperature=config.temperature, seed=seed if config.temperature > 0 else None)
                 for r in ROLES}
@@ -217,11 +233,12 @@ def summarize_episodes(rows: list[dict[str, Any]], seeds: Sequence[int], seed: i
 
 @dataclass
 class Side:
-    """One ``--roles`` of a run: its models, its backend and its output files."""
+    """One ``--roles`` of a run: its models, the name of its backend and its rows."""
 
     config: E2EConfig
     models: RoleModels
-    backend: Any
+    backend_name: str = "gold (per task)"
+    """As the worker that ran its episodes reports it (the gold teacher is built per task)."""
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
@@ -238,16 +255,72 @@ def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | Non
     return run_sides([config], [backend], argv, teacher_for_task)[0]
 
 
+@dataclass(frozen=True)
+class E2EWorkerSpec:
+    """What an :class:`E2EWorker` is built from, in whichever process runs it (picklable)."""
+
+    configs: tuple[E2EConfig, ...]
+    """The sides run together."""
+    teacher_for_task: Any = gold_teacher
+    """Builds the per-task teacher of a ``teacher:gold`` side (a module-level function)."""
+
+
+class E2EWorker:
+    """Runs shards of (side, task id, seed) episodes (:mod:`heart_distill.executors`): one
+    environment, one backend per side (sides on one in-process model share it), each
+    episode's row and trace rows reported to the process that writes the files."""
+
+    def __init__(self, spec: E2EWorkerSpec, environment=None, models: Sequence[RoleModels] | None = None,
+                 backends: Sequence[Backend | None] | None = None):
+        configs = spec.configs
+        self.spec = spec
+        self.models = list(models or [resolve_role_models(c.roles_spec, c.model) for c in configs])
+        self.environment = environment or load_environment(configs[0].env, configs[0].category)
+        given = list(backends or [None] * len(configs))
+        shared = shared_sides(configs, self.models) if not any(given) else [None] * len(configs)
+        self.backends = []
+        for config, side_models, backend, together in zip(configs, self.models, given, shared):
+            backend = backend or together
+            if backend is None:
+                backend = shared_backend(side_models, engine=config.engine)
+                if backend is not None and (side_models.teacher is None or side_models.teacher.startswith("hf:")):
+                    # concurrent episodes share the one in-process model through the scheduler, which
+                    # serves their pending role calls as one batch (decoding is memory-bound: a batch
+                    # of 2-4 costs little more per step than one call)
+                    backend = BatchingBackend(backend, max_batch_size=max(1, config.concurrency))
+            self.backends.append(backend)
+
+    def run_shard(self, shard_index: int | None, jobs: list, report) -> None:
+        configs = self.spec.configs
+        with ThreadPoolExecutor(max_workers=sum(c.concurrency for c in configs)) as pool:
+            futures = {pool.submit(run_one, self.environment, str(task_id), int(seed), self.backends[side],
+                                   self.models[side], configs[side], self.spec.teacher_for_task): side
+                       for side, task_id, seed in jobs}
+            for future in as_completed(futures):
+                side = futures[future]
+                row, events = future.result()  # run_one never raises
+                backend = self.backends[side]
+                report({"side": side, "row": row, "events": events,
+                        "backend": backend.name if backend is not None else "gold (per task)"})
+
+
 def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] | None = None,
-              argv: list[str] | None = None, teacher_for_task=gold_teacher) -> list[dict[str, Any]]:
+              argv: list[str] | None = None, teacher_for_task=gold_teacher,
+              executor: ExecutorOptions = LOCAL) -> list[dict[str, Any]]:
     """Run several ``--roles`` on the same tasks at once (e.g. base and distilled), each side
-    written to its own ``out``; sides on one in-process model share it (:func:`shared_sides`)."""
-    from tqdm import tqdm
+    written to its own ``out``; sides on one in-process model share it (:func:`shared_sides`).
+    ``executor`` says where the episodes run (:mod:`heart_distill.executors`); ``backends``
+    (scripted ones, in tests) are objects of this process: the local executor only."""
+    from heart.progress import progress_bar
 
     first = configs[0]
     check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
     environment = load_environment(first.env, first.category)
+    if first.harness:  # refused before any episode, naming the file and field
+        from heart.harness import load_harness
+
+        load_harness(first.harness)
     task_ids = environment.task_ids(first.split)
     if first.tasks:
         outside = [t for t in first.tasks if t not in task_ids]
@@ -258,42 +331,35 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
         task_ids = task_ids[:first.limit]
     if not task_ids:
         raise ValueError(f"no {first.env} task in split {first.split!r}")
-    backends = list(backends or [None] * len(configs))
-    shared = shared_sides(configs, models) if not any(backends) else [None] * len(configs)
-    sides = []
-    for config, side_models, given, together in zip(configs, models, backends, shared):
-        backend = given or together
-        if backend is None:
-            backend = shared_backend(side_models, engine=config.engine)
-            if backend is not None and (side_models.teacher is None or side_models.teacher.startswith("hf:")):
-                # concurrent episodes share the one in-process model through the scheduler, which
-                # serves their pending role calls as one batch (decoding is memory-bound: a batch
-                # of 2-4 costs little more per step than one call)
-                backend = BatchingBackend(backend, max_batch_size=max(1, config.concurrency))
-        sides.append(Side(config, side_models, backend))
+    if backends and any(backends) and executor.kind != "local":
+        raise ValueError("backends given in-process run on the local executor only")
+    spec = E2EWorkerSpec(tuple(configs), teacher_for_task)
+    local_worker = (E2EWorker(spec, environment, models, backends) if executor.kind == "local" else None)
+    sides = [Side(config, side_models) for config, side_models in zip(configs, models)]
+    for config in configs:
         Path(config.out).mkdir(parents=True, exist_ok=True)
-    jobs = [(side, task_id, seed) for seed in first.seeds for task_id in task_ids for side in sides]
+    jobs = [(index, task_id, seed) for seed in first.seeds for task_id in task_ids for index in range(len(sides))]
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        files = {id(side): (stack.enter_context(open(Path(side.config.out) / EPISODES, "w", encoding="utf-8")),
-                            stack.enter_context(open(Path(side.config.out) / TRACE, "w", encoding="utf-8")))
-                 for side in sides}
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=sum(s.config.concurrency for s in sides)))
-        progress = stack.enter_context(tqdm(total=len(jobs), desc=f"e2e {first.env}", unit="ep"))
-        futures = {pool.submit(run_one, environment, t, s, side.backend, side.models, side.config,
-                               teacher_for_task): side for side, t, s in jobs}
-        for future in as_completed(futures):
-            side = futures[future]
-            row, events = future.result()
-            side.rows.append(row)
-            episodes, trace = files[id(side)]
-            episodes.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-            for event in events:
+        files = [(stack.enter_context(open(Path(side.config.out) / EPISODES, "w", encoding="utf-8")),
+                  stack.enter_context(open(Path(side.config.out) / TRACE, "w", encoding="utf-8")))
+                 for side in sides]
+        progress = stack.enter_context(progress_bar(total=len(jobs), desc=f"e2e {first.env}", unit="ep"))
+
+        def report(result: dict[str, Any]) -> None:
+            side = sides[result["side"]]
+            side.backend_name = result["backend"]
+            side.rows.append(result["row"])
+            episodes, trace = files[result["side"]]
+            episodes.write(json.dumps(result["row"], ensure_ascii=False, default=str) + "\n")
+            for event in result["events"]:
                 trace.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
             progress.set_postfix({side_.models.label: _success(side_.rows) for side_ in sides})
             progress.update(1)
+
+        run_jobs(jobs, functools.partial(E2EWorker, spec), executor, report, local_worker)
     wall_s = round(time.perf_counter() - started, 3)
-    return [write_results(side, task_ids, wall_s, len(sides), argv) for side in sides]
+    return [write_results(side, task_ids, wall_s, len(sides), argv, executor) for side in sides]
 
 
 def _success(rows: list[dict[str, Any]]) -> str:
@@ -302,10 +368,10 @@ def _success(rows: list[dict[str, Any]]) -> str:
 
 
 def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
-                  argv: list[str] | None) -> dict[str, Any]:
+                  argv: list[str] | None, executor: ExecutorOptions = LOCAL) -> dict[str, Any]:
     from heart_distill.eval.provenance import provenance
 
-    config, models, rows, backend = side.config, side.models, side.rows, side.backend
+    config, models, rows = side.config, side.models, side.rows
     rows.sort(key=lambda r: (r["seed"], task_ids.index(r["task_id"])))
     summary = summarize_episodes(rows, config.seeds, config.seed)
     results = {
@@ -317,7 +383,7 @@ def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
         "errored": [{"task_id": r["task_id"], "seed": r["seed"], "error": r["error"]} for r in rows if r["errored"]],
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in models.adapters.items()},
-        "backend": backend.name if backend is not None else "gold (per task)", "provenance": provenance(argv),
+        "backend": side.backend_name, "executor": executor.describe(), "provenance": provenance(argv),
     }
     (Path(config.out) / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
     return results
@@ -345,9 +411,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per role call (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--temperature", type=nonnegative_float, default=0.0)
     parser.add_argument("--no-constrain", action="store_true")
+    parser.add_argument("--harness", help="a harness folder (heart optimize writes one): role prompt edits "
+                                          "and tool-boundary middleware (docs/optimize.md)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--base-out", help="also run the unadapted base on the same tasks, at the same time and on "
                                            "the same in-process model (one batch serves both sides), into this folder")
+    executor_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> E2EConfig:
@@ -360,10 +429,11 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
                      concurrency=args.concurrency, engine=args.engine, budget=args.budget, max_clarifications=args.max_clarifications,
                      max_plan_steps=args.max_plan_steps, retrieve_k=args.retrieve_k,
                      max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                     constrained=not args.no_constrain)
+                     constrained=not args.no_constrain, harness=args.harness)
 
 
 def main(argv: list[str], full_argv: list[str] | None = None) -> int:
+    from heart.user_errors import UserError
     from heart_distill.eval.stats import Estimate
 
     parser = argparse.ArgumentParser(prog="heart eval e2e", description="end-to-end evaluation on held-out tasks")
@@ -372,10 +442,13 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         configs = with_base_side(config, args.base_out)
-        all_results = run_sides(configs, argv=full_argv)
-    except (FileNotFoundError, ValueError, KeyError) as err:
+        all_results = run_sides(configs, argv=full_argv, executor=options_from_args(args))
+    except (FileNotFoundError, ValueError, KeyError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ExecutorError as err:
+        print(f"error: --executor {args.executor}: {err}", file=sys.stderr)
+        return 1
     status = 0
     for side, results in zip(configs, all_results):
         counts = results["counts"]

@@ -126,6 +126,9 @@ def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, s
         raise ValueError(f"{folder} has no {split!r} split (it has {sorted(dataset)}); held-out role inputs "
                          f"come from `python -m heart_distill.eval.heldout RUN --split {split}`")
     rows = dataset[split]
+    if "mode" in rows.column_names:  # the Primitive's relevance rows: measured by bench/toolface.py --relevance;
+        # its messages rows (heart.roles.primitive_messages) have no arguments to score
+        rows = rows.filter(lambda row: row["mode"] not in ("relevance", "messages"), keep_in_memory=True)
     total = len(rows)
     if fits is not None:
         rows = rows.filter(fits, keep_in_memory=True)
@@ -205,7 +208,7 @@ def score_row(role: str, row: dict[str, Any], generation: Generation) -> dict[st
 def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, models: RoleModels,
                   config: RoleEvalConfig) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """(one record per row, counts of errored rows and unreadable targets)."""
-    from tqdm import tqdm
+    from heart.progress import progress_bar
 
     records: list[dict[str, Any]] = []
     counts = {"errored": 0, "target_unparsed": 0}
@@ -215,7 +218,7 @@ def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, model
     # batch as answers finish instead of waiting for the slowest row of each batch.
     rows = sorted(rows, key=lambda row: sum(len(m["content"]) for m in row["messages"][:-1]))
     per_call = config.batch_size * CALLS_PER_BATCH
-    with tqdm(total=len(rows), desc=f"eval {role}", unit="call") as progress:
+    with progress_bar(total=len(rows), desc=f"eval {role}", unit="call") as progress:
         for start in range(0, len(rows), per_call):
             chunk = rows[start:start + per_call]
             requests = [request_for(role, row, models, config) for row in chunk]

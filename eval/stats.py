@@ -10,8 +10,8 @@ Pure numpy; every function is deterministic given its ``seed``.
   across S seeds of the whole collect → train → evaluate path: Lift_s = score(distilled_s) −
   score(base) in points, paired on the same test tasks; their mean; the minimum over
   pre-declared conditions of the mean lift within the condition; the share of seeds with a
-  positive lift; and the 5th percentile, over bootstrap resamples of the seed pool, of the
-  lift of the configuration a pre-test (dev-split) gate selects in each resample.
+  positive lift; and RelLift95(B), the 5th percentile over bootstrap resamples of optimizer
+  runs of the held-out lift of the run a pre-scorecard gate statistic selects at budget B.
 """
 
 from __future__ import annotations
@@ -177,25 +177,35 @@ def rr0(seed_lifts: Sequence[float]) -> float:
     return float((values > 0).mean())
 
 
-def rel_lift95(dev_scores: np.ndarray, test_lifts: np.ndarray, *, n_resamples: int = 5000,
-               seed: int = 0) -> float:
-    """RelLift95: the 5th percentile over resamples of the seed pool of the gated lift.
+def rel_lift95(gate_stats: Sequence[float], run_lifts: Sequence[float], *, runs_per_draw: int = 1,
+               run_ids: Sequence[str] | None = None, n_resamples: int = 5000, seed: int = 0) -> float:
+    """RelLift95(B): PRISM's reliable held-out lift of the harness selected under budget B.
 
-    ``dev_scores`` and ``test_lifts`` are (S seeds, C configurations). In each resample (S
-    seeds drawn with replacement) the gate picks the configuration with the best mean dev
-    score over the drawn seeds (ties: the first), and the resample's value is that
-    configuration's mean test lift over the same seeds. A single configuration reduces
-    this to the 5th percentile of the bootstrap distribution of MeanLift.
+    ``gate_stats[i]`` is optimizer run i's pre-scorecard statistic G_i (its returned
+    harness's gate lift) and ``run_lifts[i]`` that harness's held-out (scorecard) lift, both
+    measured once per run. Budget B buys ``runs_per_draw`` = B // (one run's budget)
+    optimizer runs; each of ``n_resamples`` resamples draws that many runs with replacement,
+    keeps the one with the highest G_i (ties: the smallest run id, else the first) and
+    takes its held-out lift. RelLift95(B) is the 5th percentile of those lifts: at budget B,
+    19 times in 20 the selected harness lifts at least this much. With one run per draw it
+    is the 5th percentile of the runs' lifts. Never reads a held-out lift to select.
     """
-    dev = np.atleast_2d(np.asarray(dev_scores, dtype=float))
-    test = np.atleast_2d(np.asarray(test_lifts, dtype=float))
-    if dev.shape != test.shape:
-        raise ValueError(f"dev scores {dev.shape} and test lifts {test.shape} must both be (seeds, configurations)")
-    n_seeds = dev.shape[0]
+    gate = np.asarray(gate_stats, dtype=float)
+    lift = np.asarray(run_lifts, dtype=float)
+    if gate.ndim != 1 or gate.shape != lift.shape or gate.size == 0:
+        raise ValueError(f"RelLift95 needs one gate statistic and one held-out lift per run, "
+                         f"got {gate.shape} and {lift.shape}")
+    if runs_per_draw < 1:
+        raise ValueError(f"runs_per_draw must be >= 1 (budget B buys at least one run), got {runs_per_draw}")
+    n = gate.size
+    ids = list(run_ids) if run_ids is not None else [f"{i:09d}" for i in range(n)]
+    if len(ids) != n:
+        raise ValueError(f"{len(ids)} run ids for {n} runs")
+    # rank runs once: highest gate statistic first, ties broken by run id
+    order = sorted(range(n), key=lambda i: (-gate[i], ids[i]))
+    rank = np.empty(n, dtype=int)
+    rank[order] = np.arange(n)
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))
-    dev_means = dev[draws].mean(axis=1)    # (resamples, C)
-    test_means = test[draws].mean(axis=1)  # (resamples, C)
-    chosen = dev_means.argmax(axis=1)
-    gated = test_means[np.arange(n_resamples), chosen]
-    return float(np.percentile(gated, 5))
+    draws = rng.integers(0, n, size=(n_resamples, runs_per_draw))
+    chosen = draws[np.arange(n_resamples), rank[draws].argmin(axis=1)]
+    return float(np.percentile(lift[chosen], 5))

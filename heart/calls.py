@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from heart.roles.common import ParseResult
-from heart.runtime.base import Backend, Generation, SamplingConfig
+from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
 from heart.traces import TraceEvent, TraceWriter
 
 
@@ -83,7 +83,59 @@ class RoleClient:
             if prefill and not generation.text.startswith(prefill):  # a continuation
                 generation = dataclasses.replace(generation, text=prefill + generation.text)
             result = parse(generation.text)
-        event = TraceEvent(
+        event = self._event(role, messages, generation, result, attempt, step, prefill, schema is not None,
+                            backend_error is not None)
+        call = RoleCall(role, messages, generation, result, event)
+        if record or backend_error is not None:
+            self.record(call)
+        if backend_error is not None:
+            raise BackendError(f"{role} call failed in the backend: {result.error[len('backend error: '):]}") \
+                from backend_error
+        return call
+
+    def call_batch(self, role: str, calls: list[tuple[list[dict[str, str]], Callable[[str], ParseResult]]],
+                   attempt: int, prefill: str = "", schema: dict[str, Any] | None = None,
+                   max_new_tokens: int | None = None, extra: dict[str, Any] | None = None) -> list[RoleCall]:
+        """Ask ``role`` several independent questions in one batch (the backend's
+        ``generate_batch``), each ``(messages, parse)``; every call is parsed and recorded as
+        its own trace event, with ``extra`` (e.g. the mode) in it. ``max_new_tokens`` caps
+        the role's sampling for these calls. A backend error fails the whole batch, as in
+        :meth:`call`."""
+        if not calls:
+            return []
+        start = time.perf_counter()
+        sampling = self.sampling.get(role) or SamplingConfig()
+        if schema is not None:
+            sampling = dataclasses.replace(sampling, guided_json=json.dumps(schema))
+        if max_new_tokens is not None:
+            sampling = dataclasses.replace(sampling, max_new_tokens=min(sampling.max_new_tokens, max_new_tokens))
+        requests = [GenerationRequest(role, messages + [{"role": "assistant", "content": prefill}] if prefill else messages,
+                                      sampling) for messages, _ in calls]
+        try:
+            generations = self.backend.generate_batch(requests)
+        except Exception as err:  # infrastructure failure: traced as errored, then ends the episode
+            generation = Generation(text="", backend=getattr(self.backend, "name", "?"),
+                                    latency_s=time.perf_counter() - start)
+            result: ParseResult = ParseResult(None, f"backend error: {type(err).__name__}: {err}")
+            self.record(RoleCall(role, calls[0][0], generation, result,
+                                 self._event(role, calls[0][0], generation, result, attempt, None, prefill,
+                                             schema is not None, True)), **(extra or {}))
+            raise BackendError(f"{role} batch failed in the backend: {type(err).__name__}: {err}") from err
+        answered = []
+        for (messages, parse), generation in zip(calls, generations):
+            if prefill and not generation.text.startswith(prefill):  # a continuation
+                generation = dataclasses.replace(generation, text=prefill + generation.text)
+            result = parse(generation.text)
+            call = RoleCall(role, messages, generation, result,
+                            self._event(role, messages, generation, result, attempt, None, prefill,
+                                        schema is not None, False))
+            self.record(call, **(extra or {}))
+            answered.append(call)
+        return answered
+
+    def _event(self, role: str, messages: list[dict[str, str]], generation: Generation, result: ParseResult,
+               attempt: int, step: int | None, prefill: str, constrained: bool, errored: bool) -> TraceEvent:
+        return TraceEvent(
             episode_id=self.context.episode_id,
             task_id=self.context.task_id,
             env=self.context.env,
@@ -101,16 +153,9 @@ class RoleClient:
             prompt_tokens=generation.prompt_tokens,
             completion_tokens=generation.completion_tokens,
             extra={**generation.meta, **({"prefill": prefill} if prefill else {}),
-                   **({"constrained": True} if schema is not None else {})},
-            errored=backend_error is not None,
+                   **({"constrained": True} if constrained else {})},
+            errored=errored,
         )
-        call = RoleCall(role, messages, generation, result, event)
-        if record or backend_error is not None:
-            self.record(call)
-        if backend_error is not None:
-            raise BackendError(f"{role} call failed in the backend: {result.error[len('backend error: '):]}") \
-                from backend_error
-        return call
 
     def record(self, call: RoleCall, **extra: Any) -> None:
         call.event.extra.update(extra)

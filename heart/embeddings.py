@@ -63,9 +63,9 @@ class MiniLM:
         vectors = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         starts = range(0, len(texts), batch_size)
         if show_progress_bar:
-            from tqdm import tqdm
+            from heart.progress import progress_bar
 
-            starts = tqdm(starts, desc="embed", unit="batch")
+            starts = progress_bar(starts, desc="embed", unit="batch")
         for start in starts:
             rows = order[start:start + batch_size]
             batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,

@@ -63,8 +63,10 @@ def run_episode(
     # prior; the task's own turns left out): similarity alone misses tools no query names.
     toolface = session_toolface(environment, session, cache_dir=cache_dir)
     context = EpisodeContext(episode_id(task.env, task.task_id, seed, backend.name), task.task_id, task.env)
+    # a session that exposes its state (AgentDojo, BFCL) gets state-change checks after its
+    # state-changing calls (heart.validation); others (MCP servers) do not
     loop = HeartLoop(RoleClient(backend, context, trace, sampling), toolface,
-                     ask_user or session.clarify, config, observe)
+                     ask_user or session.clarify, config, observe, state=getattr(session, "state", None))
 
     conversation: list[dict[str, str]] = []
     turns: list[TurnResult] = []

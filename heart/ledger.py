@@ -128,6 +128,8 @@ def audit_trace(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         counts = episodes.setdefault(row["episode_id"], dict.fromkeys(COUNTERS, 0))
         before = dict(ledger.counts)
         if row["role"] == "primitive":
+            if (row.get("extra") or {}).get("mode"):  # a messages or relevance call: no tool ran
+                continue
             envelope = (row.get("extra") or {}).get("envelope") or {}
             if (envelope.get("meta") or {}).get("family") == "code":
                 continue

@@ -71,12 +71,32 @@ Where it departs from the paper, and why:
   Planner's step numbers. Each turn counts ``reused_steps``, ``passed_steps_reexecuted`` and
   ``state_changing_executed_twice`` (:attr:`TurnResult.counts`; the last two are 0 by
   construction, and measured, not assumed); the episode record sums them.
+- **Relevance before selection** (HEELO). With ``LoopConfig.relevance`` the first
+  Planner call is shown, instead of ToolFace's list, the candidates of ToolFace's top 20
+  whose Primitives say, in their relevance mode, that they apply (at most 10, best ToolFace
+  rank first; :mod:`heart.relevance`). Tools a re-plan adds for feedback are not judged.
+- **Messages between primitives** (HEELO). A step that passed and whose result later
+  steps read (their Router bindings refer to ``$step_j``) gets one more Primitive call, in
+  its messages mode (:mod:`heart.roles.primitive_messages`, ``LoopConfig.messages``): it
+  sees its result and those steps and addresses each the field it needs, with a caveat when
+  one helps. Each dependent step's Primitive sees the messages addressed to it in its
+  upstream context. The Router dispatches the whole plan before any step runs (Algorithm 1's
+  ``D ← ROUTER(π, C)``), so it sees messages of earlier attempts only, in
+  ``executed_so_far``. An unreadable answer sends no message; the step keeps its result.
+- **Carried validation after execution** (HEELO). A tool step's SUCCESS carries the checks
+  of :mod:`heart.validation` (``LoopConfig.validation``): the result against the shape mined
+  for its tool, and for a state-changing tool whether the environment's state changed with
+  the asked values in it. They are evidence in the envelope the Verifier sees, not a
+  FAILURE (the tool ran and its effects happened; the module says why).
 - **Tool-boundary middleware** (PRISM). Every Primitive call passes the intercept set
   ``LoopConfig.middleware`` names (:mod:`heart.middleware`, docs/middleware.md): silent
   corrections of its arguments, error blocks and prerequisite blocks (looked up in the
   turn's successful calls, :class:`heart.middleware.TurnCalls`) before it runs; what
   applied is in the envelope's ``meta["middleware"]``. The default set is the binding's
   coercion; ``"none"`` binds arguments as given.
+- **Harness prompt edits** (PRISM). ``LoopConfig.prompt_edits`` (a harness folder,
+  :mod:`heart.harness`, ``--harness``) appends to or replaces a role's system prompt; the
+  paper's prompts are the default and stay the same for roles the harness does not edit.
 - **Whole-attempt variant.** ``LoopConfig.verify = "attempt"`` keeps the earlier design for
   comparison: all steps run (dependency-aware), then one Verifier call judges the attempt
   (no step is Verifier-passed before the attempt ends, so only the state-changing rule
@@ -95,6 +115,7 @@ from heart.ledger import COUNTERS, TurnLedger
 from heart.middleware import TurnCalls, load_middleware
 from heart.primitives import (
     CODE_TOOL,
+    REFERENCE,
     SCHEMA_RESOLUTION,
     BindingError,
     Envelope,
@@ -105,12 +126,14 @@ from heart.primitives import (
     failure,
     one_line,
     resolve_references,
+    shrink,
 )
-from heart.roles import planner, primitive, router, verifier
+from heart.roles import planner, primitive, primitive_messages, router, verifier
 from heart.roles.planner import PlannerOutput
 from heart.roles.router import PRIORITY_RANK, Dispatch, RouterOutput
 from heart.roles.verifier import VerifierOutput
 from heart.toolface import ToolFace
+from heart.validation import CarriedValidation, load_result_shapes
 
 Observer = Callable[[str, dict[str, Any]], None]
 
@@ -160,12 +183,35 @@ class LoopConfig:
     """The tool-boundary intercept set (:mod:`heart.middleware`): "default" (the shipped
     silent corrections: type coercion, JSON unwrapping, enum case), "none" (arguments bound
     as given), or the path of a YAML intercept file (docs/middleware.md)."""
+    messages: bool = True
+    """Messages between primitives (HEELO, :mod:`heart.roles.primitive_messages`): a passed
+    step whose result later steps read writes them messages (one more Primitive call);
+    False: no messages, as in HEART."""
+    validation: str = "default"
+    """Carried validation after execution (:mod:`heart.validation`): "default" (the shipped
+    mined result shapes, and state changes where the session exposes its state), "none" (no
+    post-execution checks), or the path of a result-shapes file."""
+    prompt_edits: tuple[tuple[str, str, str], ...] = ()
+    """(role, "append" | "replace", text): a harness's edits of role system prompts
+    (:mod:`heart.harness`, ``--harness``), applied to the prompt the role would get (the
+    short one for context-distilled roles); other roles keep their shipped prompt."""
+    relevance: bool = False
+    """Relevance before selection (HEELO, :mod:`heart.relevance`): ToolFace's top
+    ``relevance_candidates`` each judge, in the Primitive's relevance mode, whether they apply,
+    and the Planner is shown those that do (at most ``relevance_shown``, best ToolFace rank
+    first) instead of ToolFace's default list. Off by default (the default list is what the
+    shipped figures measure). With the gold teacher, gold relevance: the turn's gold tools apply."""
+    relevance_candidates: int = 20
+    """Candidates the relevance step judges."""
+    relevance_shown: int = 10
+    """Most applying candidates shown to the Planner."""
 
     def __post_init__(self) -> None:
         if self.verify not in ("step", "attempt"):
             raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
         if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 \
-                or self.replan_tools < 0 or (self.retrieve_k is not None and self.retrieve_k < 1):
+                or self.replan_tools < 0 or self.relevance_candidates < 1 or self.relevance_shown < 1 \
+                or (self.retrieve_k is not None and self.retrieve_k < 1):
             raise ValueError(f"invalid LoopConfig: {self}")
 
 
@@ -203,6 +249,59 @@ def quiet(kind: str, payload: dict[str, Any]) -> None:
     """The default observer: ignores every event."""
 
 
+def referenced_steps(value: Any) -> set[int]:
+    """The steps a binding value refers to (``$step_j`` anywhere inside it)."""
+    if isinstance(value, dict):
+        return set().union(*map(referenced_steps, value.values()))
+    if isinstance(value, list):
+        return set().union(*map(referenced_steps, value))
+    return {int(m.group(1)) for m in REFERENCE.finditer(value)} if isinstance(value, str) else set()
+
+
+def readers(step: int, plan_steps: dict, pending: dict[int, Dispatch]) -> list[dict[str, Any]]:
+    """The pending steps whose bindings read ``step``'s result, as the messages input shows
+    them (:func:`heart.roles.primitive_messages.dependent`)."""
+    return [primitive_messages.dependent(s, d.target_tool, plan_steps[s].objective,
+                                         [name for name, value in d.resolved_bindings.items()
+                                          if step in referenced_steps(value)])
+            for s, d in sorted(pending.items())
+            if any(step in referenced_steps(v) for v in d.resolved_bindings.values())]
+
+
+MESSAGE_VALUE_CHARS = 300
+"""How much of the value a message's field names the dependent step's Primitive is shown."""
+
+
+def field_value(envelope: Envelope, path: str) -> Any:
+    """The value a message's field (``result.<key>…``) names in ``envelope``; raises
+    :class:`BindingError` when it names none."""
+    return resolve_references({"value": f"$step_0.{path}"}, {0: envelope})["value"]
+
+
+def field_resolves(envelope: Envelope, path: str) -> bool:
+    try:
+        field_value(envelope, path)
+    except BindingError:
+        return False
+    return True
+
+
+def shown_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as the Router of a re-plan sees it: the field, and the note if any."""
+    return {"field": message["field"], **({"note": message["note"]} if message.get("note") else {})}
+
+
+def addressed(envelope: Envelope, step: int) -> dict[str, Any]:
+    """``{"messages": [...]}`` of ``envelope``'s messages to ``step`` (empty when none), each
+    with the value its field names, read from the whole result: the upstream context shows
+    the result clipped, and the value a later step needs may lie past the cut."""
+    mine = [{**shown_message(m),  # (the whole result is in the upstream context already)
+             **({"value": clip(field_value(envelope, m["field"]), MESSAGE_VALUE_CHARS)} if m["field"] != "result"
+                else {})}
+            for m in envelope.messages if m.get("to") == step]
+    return {"messages": mine} if mine else {}
+
+
 def looks_further(attempt: Attempt) -> bool:
     """Whether the re-plan after ``attempt`` searches for more tools: its plan was empty,
     or its Verifier failed it on ``task_completion`` alone (every step ran as asked, the
@@ -217,13 +316,18 @@ class HeartLoop:
     """Runs Algorithm 1 for one turn over a ToolFace, a role client and the user."""
 
     def __init__(self, roles: RoleClient, toolface: ToolFace, ask_user: Callable[[str], str],
-                 config: LoopConfig = LoopConfig(), observe: Observer = quiet):
+                 config: LoopConfig = LoopConfig(), observe: Observer = quiet,
+                 state: Callable[[], Any] | None = None):
+        """``state``: the environment session's state (``session.state``), for the carried
+        validation's state-change check; None: state changes are not checked."""
         self.roles = roles
         self.toolface = toolface
         self.ask_user = ask_user
         self.config = config
         self.observe = observe
         self.middleware = load_middleware(config.middleware)
+        self.carried = None if config.validation == "none" else CarriedValidation(
+            load_result_shapes(None if config.validation == "default" else config.validation), state)
         if config.code and CODE_PRIMITIVE in set(toolface.names()):
             raise ValueError(f"the environment has a tool named {CODE_PRIMITIVE!r}, the Code primitive's name: "
                              "run with LoopConfig(code=False)")
@@ -233,7 +337,7 @@ class HeartLoop:
         conversation = conversation or []
         # T_q ← T.retrieve(q): names, one-line descriptions and categories, never schemas
         # (the full description: the Planner's input shows each tool's own first sentence)
-        tools = self._listed(self.toolface.retrieve(query, self.config.retrieve_k))
+        tools = self._listed(self.first_tools(query))
         if self.config.code:  # the Code primitive is always at hand, like the Planner's own arithmetic
             tools.append({"name": CODE_PRIMITIVE, "description": CODE_DESCRIPTION, "category": CODE_CATEGORY})
         clarifications: list[dict[str, str]] = []
@@ -290,7 +394,8 @@ class HeartLoop:
 
             # for each step k: r_k ← P_k(x_k; c); VERIFIER(r_k, π_k, s_k); FAIL → C ∪ {ϕ_k}, break
             self.run_steps(context, attempt)
-            executed += [{"attempt": b, "step": s, "tool": r.tool, "status": r.status, "summary": r.summary}
+            executed += [{"attempt": b, "step": s, "tool": r.tool, "status": r.status, "summary": r.summary,
+                          **({"messages": [shown_message(m) for m in r.messages]} if r.messages else {})}
                          for s, r in attempt.results.items() if r.status != "SKIPPED" and not r.reused]
             if attempt.verdict == "PASS":
                 return result("PASS", self.response(attempts))
@@ -298,13 +403,29 @@ class HeartLoop:
 
         return result("FAIL", self.failure_report(attempts))  # budget spent
 
+    def first_tools(self, query: str) -> list:
+        """The tools the first Planner call is shown: ToolFace's retrieval, or with
+        ``LoopConfig.relevance`` the candidates whose Primitives say they apply (one batch of
+        relevance calls, traced as role ``primitive``, mode ``relevance``)."""
+        if not self.config.relevance:
+            return self.toolface.retrieve(query, self.config.retrieve_k)
+        from heart.relevance import relevant_tools
+        from heart.roles import relevance
+
+        short = primitive.ROLE in self.config.short_prompts
+        names, _ = relevant_tools(self.roles, self.toolface, query, self.config.relevance_candidates,
+                                  self.config.relevance_shown, prefill=self.config.prefill,
+                                  constrained=self.config.constrained,
+                                  system_prompt=relevance.SHORT_SYSTEM_PROMPT if short else relevance.SYSTEM_PROMPT)
+        return [self.toolface.get(name) for name in names]
+
     def primitive_tool(self, name: str):
         """The Tool a step names: the Code primitive's, or the environment's via ToolFace."""
         return CODE_TOOL if name == CODE_PRIMITIVE and self.config.code else self.toolface.get(name)
 
     def _listed(self, retrieved) -> list[dict[str, str]]:
-        return [{"name": t.name, "description": self.toolface.get(t.name).spec.description, "category": t.category}
-                for t in retrieved]
+        return [{"name": t.name, "description": self.toolface.get(t.name).spec.description,
+                 "category": self.toolface.get(t.name).spec.category} for t in retrieved]
 
     def more_tools(self, tools: list[dict[str, str]], feedback: str) -> list[dict[str, str]]:
         """The re-plan's tool list: every tool shown so far, then up to ``replan_tools`` more
@@ -344,10 +465,12 @@ class HeartLoop:
             self.observe("result", {"attempt": attempt.attempt, "step": d.step, "envelope": envelope})
             if envelope.reused and envelope.meta["reused"].get("passed") and self.config.verify == "step":
                 done.add(d.step)  # the Verifier passed this very call: kept, not judged again
+                self.send_messages(d, attempt, plan_steps, pending)
                 continue
             if self.config.verify == "attempt":
                 if envelope.ok:
                     done.add(d.step)
+                    self.send_messages(d, attempt, plan_steps, pending)
                 continue
             verdict = self.verify(context, attempt, [d])
             if verdict is None:
@@ -359,6 +482,7 @@ class HeartLoop:
             done.add(d.step)
             if context.get("ledger") is not None and not envelope.reused:
                 context["ledger"].passed(attempt.attempt, d.step)
+            self.send_messages(d, attempt, plan_steps, pending)
         if self.config.verify == "step":
             attempt.verdict = "PASS"
             return
@@ -372,7 +496,11 @@ class HeartLoop:
     # -- the four roles --------------------------------------------------------------------
     def _system(self, module) -> str:
         short = module.ROLE in self.config.short_prompts
-        return module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
+        prompt = module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
+        for role, edit, text in self.config.prompt_edits:  # a harness's edits (heart.harness)
+            if role == module.ROLE:
+                prompt = text if edit == "replace" else f"{prompt}\n{text}"
+        return prompt
 
     def _ask(self, module, payload: dict[str, Any], attempt: int, step: int | None = None, record: bool = True):
         """One role call: messages from the payload, parsed against the payload, decoding
@@ -422,8 +550,10 @@ class HeartLoop:
             bindings = resolve_references(d.resolved_bindings, attempt.results)
         except BindingError as err:
             return failure(tool.name, err.failure_type, err.details, d.resolved_bindings)
-        # Eq. 1, P_i(x; c): the results of the steps this one depends on
-        upstream = [{"step": dep, "tool": attempt.results[dep].tool, "result": clip(attempt.results[dep].result)}
+        # Eq. 1, P_i(x; c): the results of the steps this one depends on, with the messages
+        # their Primitives addressed to this step (HEELO)
+        upstream = [{"step": dep, "tool": attempt.results[dep].tool, "result": clip(attempt.results[dep].result),
+                     **addressed(attempt.results[dep], d.step)}
                     for dep in plan_steps[d.step].dependencies if dep in attempt.results]
         card = primitive.code_card() if code else primitive.tool_card(tool.name, tool.spec.description,
                                                                        tool.spec.parameters)
@@ -437,17 +567,18 @@ class HeartLoop:
             envelope = execute_code(call.result.value.expression, bindings, d.h_params.timeout_s)
         else:
             envelope = self.execute_once(tool, call.result.value.arguments, d, attempt, ledger,
-                                         self.middleware, calls)
+                                         self.middleware, calls, self.carried)
         self.roles.record(call, envelope=envelope.to_dict())
         return envelope
 
     @staticmethod
     def execute_once(tool, arguments: dict[str, Any], d: Dispatch, attempt: Attempt,
-                     ledger: TurnLedger | None, middleware=None, calls: TurnCalls | None = None) -> Envelope:
+                     ledger: TurnLedger | None, middleware=None, calls: TurnCalls | None = None,
+                     carried: CarriedValidation | None = None) -> Envelope:
         """Execute the Primitive's call through the tool-boundary ``middleware``, unless the
         turn's ledger holds an execution it must reuse (see the module docstring): then the
         earlier envelope, marked ``reused``. Retries re-run execution, not the model; every
-        failed attempt stays in meta."""
+        failed attempt stays in meta. A SUCCESS carries the ``carried`` validation's record."""
         if ledger is not None:
             try:
                 renamed = (middleware.rename(tool.name, arguments, tool.spec.parameters, [])
@@ -460,12 +591,42 @@ class HeartLoop:
             if earlier is not None:
                 ledger.reused()
                 return earlier.envelope.as_reused(earlier.attempt, earlier.step, earlier.passed)
+        before = carried.snapshot(tool.name) if carried is not None else (False, None)
         envelope = execute_with_retry(tool, arguments, d.h_params.timeout_s, d.h_params.retry,
                                       middleware, calls)
+        if carried is not None and envelope.ok:  # evidence for the Verifier, never a FAILURE
+            envelope.validation = carried.check(tool.name, envelope.bound_arguments, envelope.result, before)
         if ledger is not None:
             ledger.ran(tool.name, envelope.bound_arguments, attempt.attempt, d.step, envelope.status,
                        envelope.failure_type, envelope)
         return envelope
+
+    def send_messages(self, d: Dispatch, attempt: Attempt, plan_steps: dict, pending: dict[int, Dispatch]) -> None:
+        """HEELO's messages (see the module docstring): a passed step whose result pending
+        steps read asks its Primitive, in messages mode, what each of them needs; the
+        messages whose field resolves in the result go into the envelope. One traced
+        Primitive call (``extra["mode"] = "messages"``, with the envelope); an unreadable
+        answer sends none."""
+        envelope = attempt.results[d.step]
+        reading = readers(d.step, plan_steps, pending)
+        if not self.config.messages or not envelope.ok or not reading:
+            return
+        module = primitive_messages
+        payload = module.build_payload(envelope.tool, d.invocation_request, shrink(envelope.result), reading)
+        # its own prompts (a harness's edit of the Primitive's prompt is for the other mode)
+        system = module.SHORT_SYSTEM_PROMPT if module.ROLE in self.config.short_prompts else module.SYSTEM_PROMPT
+        call = self.roles.call(module.ROLE, module.build_messages(payload, system_prompt=system),
+                               lambda text: module.parse_for_input(text, payload), attempt.attempt, step=d.step,
+                               record=False,
+                               prefill=module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained
+                               else "",
+                               schema=module.schema_for_input(payload) if self.config.constrained else None)
+        sent, unresolved = [], []
+        for message in (call.result.value.messages if call.ok else []):
+            (sent if field_resolves(envelope, message.field) else unresolved).append(message.model_dump())
+        envelope.messages = sent
+        self.roles.record(call, mode=module.MODE, envelope=envelope.to_dict(),
+                          **({"unresolved_messages": unresolved} if unresolved else {}))
 
     def verify(self, context: dict[str, Any], attempt: Attempt, dispatches: list[Dispatch]) -> VerifierOutput | None:
         """VERIFIER(r_k, π_k, s_k) for one step (with its tool's schema), or the whole

@@ -79,6 +79,13 @@ class Envelope:
     """Execution metadata: ``latency_s``, ``attempts``, ``failed_attempts`` (earlier envelopes);
     ``reused`` when the step was served an earlier execution of the same call instead of
     running (:mod:`heart.ledger`)."""
+    validation: dict[str, Any] = field(default_factory=dict)
+    """A tool SUCCESS's carried validation after execution (:mod:`heart.validation`):
+    ``shape`` (ok | mismatch | unknown), ``state_change`` (ok | unmatched | none | n/a) and
+    ``details``; evidence the Verifier's input shows. Empty: not checked."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """HEELO's messages to the steps that read this result, ``{to, field, note}``, written by
+    the Primitive's messages mode (:mod:`heart.roles.primitive_messages`) after it passed."""
 
     @property
     def ok(self) -> bool:
@@ -95,7 +102,8 @@ class Envelope:
         return Envelope(self.status, self.tool, dict(self.bound_arguments), self.result, self.summary,
                         self.failure_type, self.details,
                         {"latency_s": 0.0, "attempts": 0,
-                         "reused": {"attempt": attempt, "step": step, "passed": passed}})
+                         "reused": {"attempt": attempt, "step": step, "passed": passed}},
+                        dict(self.validation))  # messages are written anew for the plan at hand
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -104,6 +112,9 @@ class Envelope:
             row.pop("details")
         else:
             row.pop("result")
+        for optional in ("validation", "messages"):  # absent, not empty: inputs stay as they were
+            if not row[optional]:
+                row.pop(optional)
         return row
 
     def for_input(self) -> dict[str, Any]:
@@ -132,6 +143,32 @@ def clip(value: Any, limit: int = RESULT_CHARS) -> Any:
     """``value`` unchanged when its JSON is short; otherwise its JSON text cut at ``limit``."""
     text = json.dumps(value, ensure_ascii=False, default=str)
     return value if len(text) <= limit else text[: limit - 1] + "…"
+
+
+SHRINK_STEPS = ((400, 20), (200, 10), (100, 6), (60, 4), (30, 3))
+"""(characters per string, items per list) :func:`shrink` tries, in turn."""
+
+
+def shrink(value: Any, limit: int = RESULT_CHARS) -> Any:
+    """``value`` cut to at most ``limit`` characters of JSON with its structure kept: long
+    strings cut, long lists cut to their first items (so ``result.<key>.<index>`` paths into
+    it still name the same values); :func:`clip` when even that does not fit."""
+    def cut(v: Any, chars: int, items: int) -> Any:
+        if isinstance(v, str):
+            return v if len(v) <= chars else v[: chars - 1] + "…"
+        if isinstance(v, list):
+            return [cut(x, chars, items) for x in v[:items]]
+        if isinstance(v, dict):
+            return {k: cut(x, chars, items) for k, x in v.items()}
+        return v
+
+    if len(json.dumps(value, ensure_ascii=False, default=str)) <= limit:
+        return value
+    for chars, items in SHRINK_STEPS:
+        small = cut(value, chars, items)
+        if len(json.dumps(small, ensure_ascii=False, default=str)) <= limit:
+            return small
+    return clip(value, limit)
 
 
 def summarize_result(tool: str, result: Any) -> str:

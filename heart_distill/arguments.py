@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from heart.argtypes import nonnegative_int, positive_int, probability
+from heart.argtypes import nonnegative_float, nonnegative_int, positive_int, probability
 
 
 def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +22,32 @@ def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--middleware", default="default", metavar="PATH|default|none",
                         help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
                              "corrections), none (arguments bound as given), or a YAML intercept file")
+    parser.add_argument("--relevance", action="store_true",
+                        help="relevance before selection: ToolFace's top 20 each judge, in the Primitive's "
+                             "relevance mode, whether they apply; the Planner is shown those that do (≤ 10; "
+                             "the gold teacher answers with gold relevance; docs/toolface.md)")
+    parser.add_argument("--no-messages", action="store_true",
+                        help="no messages between primitives (a passed step's Primitive tells the steps that "
+                             "read its result which field they need; docs/primitives.md)")
+    parser.add_argument("--validation", default="default", metavar="PATH|default|none",
+                        help="carried validation after execution (docs/primitives.md): default (the shipped "
+                             "mined result shapes + state-change checks), none, or a result-shapes file")
+
+
+def executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where episodes run (heart_distill.executors), shared by ``heart collect`` and ``heart eval e2e``."""
+    parser.add_argument("--executor", choices=["local", "ray"], default="local",
+                        help="local: threads in this process (default); ray: Ray Data actors on a Ray cluster "
+                             "(pip install 'heart-distill[ray]'; docs/scaling.md)")
+    parser.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                        help="ray: the cluster to join (default: RAY_ADDRESS, else the cluster `ray start` began "
+                             "on this machine, else a new local instance)")
+    parser.add_argument("--workers", type=positive_int, default=None,
+                        help="ray: worker actors, each with its own environment and model client (default 2)")
+    parser.add_argument("--shard-size", type=positive_int, default=None,
+                        help="ray: episodes per shard, the unit a worker runs and Ray retries (default 16)")
+    parser.add_argument("--worker-gpus", type=nonnegative_float, default=None,
+                        help="ray: GPUs each worker reserves, for an in-process engine per worker (default 0)")
 
 
 def collect_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +60,8 @@ def collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
     parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0], help="one episode per task per seed")
     loop_policy_arguments(parser)
-    parser.add_argument("--concurrency", type=positive_int, default=8, help="episodes run at once")
+    parser.add_argument("--concurrency", type=positive_int, default=8,
+                        help="episodes run at once (per worker with --executor ray)")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="hf teacher: int8 dynamic-quantised base linears (LoRA kept exact)")
     parser.add_argument("--max-batch-size", type=positive_int, default=8,
@@ -42,3 +69,22 @@ def collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=nonnegative_int, default=0,
                         help="only the first N tasks of the split (default 0: all)")
     parser.add_argument("--resume", action="store_true", help="continue a killed run in --out")
+    executor_arguments(parser)
+
+
+def optimize_arguments(parser: argparse.ArgumentParser) -> None:
+    """``heart optimize`` (heart_distill.eval.optimize.cli)."""
+    from pathlib import Path
+
+    parser.add_argument("--recipe", required=True, type=Path, help="an optimize recipe (recipes/*/optimize.yaml)")
+    parser.add_argument("--stage", choices=["search", "scorecard", "report", "all"], default="all")
+    parser.add_argument("--arm", action="append", default=[], help="only this arm's searches (repeatable)")
+    parser.add_argument("--runs", nargs="+", default=[], help="only these runs (s<split seed>r<repeat>)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop after the piece that crosses this many minutes (resume by running again)")
+    parser.add_argument("--out", help="override the recipe's out folder")
+    parser.add_argument("--proposer", help="override the recipe's proposer (deterministic | openai:<url>#<model>)")
+    parser.add_argument("--report-out", type=Path, help="also write the stamped report JSON here")
+    parser.add_argument("--slots", nargs="+", choices=["middleware", "prompt", "joint"],
+                        help="override the recipe's mutation slots (--slots middleware: the middleware surface alone)")
+    parser.add_argument("--answers", help="where recorded role answers are kept (share them between variants)")

@@ -14,6 +14,7 @@
     heart eval e2e --env bfcl --split test --roles base|ADAPTERS_DIR|teacher:SPEC --out DIR [--limit N]
     heart report RUN... --out DIR              markdown page + PNG plots from heart_distill.eval results
     heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml [--until train] [--stage NAME]
+    heart optimize --recipe recipes/smollm2-135m/optimize.yaml [--stage search|scorecard|report]
 
 Heavy libraries (torch, transformers, train/, data/) are imported inside the commands.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
 from heart.runtime.engines import ENGINE_SPECS
-from heart_distill.arguments import collect_arguments, loop_policy_arguments
+from heart_distill.arguments import collect_arguments, loop_policy_arguments, optimize_arguments
 
 DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
 
@@ -42,11 +43,53 @@ def _adapters(pairs: list[str]) -> dict[str, str]:
     return adapters
 
 
+def _library(args: argparse.Namespace):
+    """--library: the library folder (heart/library.py) whose admitted adapters and composite
+    primitives serve by default; None without one."""
+    from heart.library import LibraryError, load_library
+    from heart.user_errors import UserError
+
+    if not getattr(args, "library", None):
+        return None
+    try:
+        return load_library(args.library)
+    except (LibraryError, FileNotFoundError) as err:
+        raise UserError(f"--library: {err}") from None
+
+
+def _served_adapters(args: argparse.Namespace) -> dict[str, str]:
+    """The library's admitted adapters, with each --adapter ROLE=PATH taking precedence."""
+    library = _library(args)
+    return {**(library.adapter_paths() if library else {}), **_adapters(args.adapter)}
+
+
+def _library_short_prompts(args: argparse.Namespace) -> tuple[str, ...]:
+    """Roles whose admitted library adapter (not overridden by --adapter) learnt the short prompt."""
+    library = _library(args)
+    if library is None:
+        return ()
+    overridden = set(_adapters(args.adapter))
+    return tuple(role for role, entry in library.adapters.items() if role not in overridden
+                 and role not in args.short_prompt
+                 and (entry.get("system_prompt") or "") == "short")
+
+
+def _with_library(args: argparse.Namespace, environment):
+    """The environment with the library's admitted composites for it among its tools."""
+    from heart.library import LibraryEnvironment
+
+    library = _library(args)
+    composites = library.composites(environment.name) if library else []
+    return LibraryEnvironment(environment, composites) if composites else environment
+
+
 def _backend(args: argparse.Namespace, task=None, environment=None):
     if args.model == "gold":
         from heart.runtime.scripted import GoldTeacher
 
-        return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate)
+        library = _library(args)
+        return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate,
+                           composites=library.composites(task.env) if library else ())
     if args.model.startswith("openai:"):
         from heart.runtime.openai_compat import OpenAIBackend
 
@@ -57,7 +100,7 @@ def _backend(args: argparse.Namespace, task=None, environment=None):
     # `hf:X` means what it means for `collect --teacher`: the transformers model X.
     model = _model_spec(args.model).model if args.model.startswith("hf:") else args.model
     options = {"quantize": args.quantize} if args.quantize else {}
-    return transformers_backend(model, _adapters(args.adapter), engine=getattr(args, "engine", "peft"), **options)
+    return transformers_backend(model, _served_adapters(args), engine=getattr(args, "engine", "peft"), **options)
 
 
 def _model_spec(model: str):
@@ -91,16 +134,39 @@ def _check_middleware(args: argparse.Namespace, environment) -> None:
     from heart.middleware import load_middleware
 
     load_middleware(getattr(args, "middleware", "default"), catalog=environment.catalog())
+    _harness(args, environment)  # and --harness's intercepts, the same way
+    if getattr(args, "validation", "default") not in ("default", "none"):  # a usable result-shapes file
+        from heart.validation import load_result_shapes
+
+        load_result_shapes(args.validation)
+
+
+def _harness(args: argparse.Namespace, environment=None):
+    """--harness: a harness folder (heart/harness.py), its form checked (not its tool names: a
+    harness optimized over several environments names tools of each); it brings its own
+    middleware, so a --middleware beside it is refused."""
+    from heart.harness import load_harness
+    from heart.user_errors import UserError
+
+    if not getattr(args, "harness", None):
+        return None
+    if getattr(args, "middleware", "default") != "default":
+        raise UserError("--harness brings its own middleware: drop --middleware (or edit the harness)")
+    return load_harness(args.harness)
 
 
 def _loop_config(args: argparse.Namespace):
+    from heart.harness import loop_fields
     from heart.loop import LoopConfig
 
+    fields = {"middleware": getattr(args, "middleware", "default"), **loop_fields(_harness(args))}
     return LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
                       max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
-                      short_prompts=tuple(args.short_prompt), prefill=not args.no_prefill,
+                      short_prompts=tuple(args.short_prompt) + _library_short_prompts(args),
+                      prefill=not args.no_prefill,
                       constrained=not args.no_constrain, verify=args.verify,
-                      middleware=getattr(args, "middleware", "default"))
+                      relevance=getattr(args, "relevance", False), messages=not getattr(args, "no_messages", False),
+                      validation=getattr(args, "validation", "default"), **fields)
 
 
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
@@ -111,7 +177,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     from heart.traces import TraceWriter
 
     _check_loop_arguments(args)
-    environment = load_environment(args.env)
+    environment = _with_library(args, load_environment(args.env))
     _check_middleware(args, environment)
     shared = None if args.model == "gold" else _backend(args)
     trace = TraceWriter(args.trace) if args.trace else None
@@ -287,6 +353,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return report_main(args.rest, ["report", *args.rest])
 
 
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from heart_distill.eval.optimize.cli import main as optimize_main
+
+    return optimize_main(args, sys.argv[1:])
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from heart_distill.pipeline import main as pipeline_main
 
@@ -300,10 +372,15 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
                         "(the gold-guided teacher) or openai:<url>#<model>")
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=PATH",
                    help="serve ROLE with the LoRA adapter at PATH (repeatable)")
+    p.add_argument("--library", metavar="DIR",
+                   help="a library (heart library): its admitted adapters serve by default (--adapter overrides a "
+                        "role) and its admitted composite primitives join the environment's tools")
     p.add_argument("--short-prompt", action="append", default=[], metavar="ROLE",
                    help="send ROLE the short system prompt (its adapter was context-distilled)")
     p.add_argument("--trace", help="append trace events to this JSONL file")
     loop_policy_arguments(p)
+    p.add_argument("--harness", metavar="DIR", help="a harness folder (role prompt edits + middleware; "
+                                                    "heart optimize writes one, docs/optimize.md)")
     p.add_argument("--max-clarifications", type=nonnegative_int, default=2, help="clarification questions per turn")
     p.add_argument("--max-plan-steps", type=positive_int, default=10, help="longest plan (with constrained decoding)")
     p.add_argument("--retrieve-k", type=positive_int, default=None,
@@ -325,7 +402,7 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from heart.serve import serve
 
-    args.adapters = _adapters(args.adapter)
+    args.adapters = _served_adapters(args)
     return serve(args)
 
 
@@ -333,6 +410,8 @@ def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible server: model name = role (planner, router, ..., base)")
     p.add_argument("--model", default="smollm2-135m", help="base: embedded name, local folder or HF id")
     p.add_argument("--adapter", action="append", default=[], metavar="ROLE=PATH", help="role adapter (repeatable)")
+    p.add_argument("--library", metavar="DIR",
+                   help="serve the library's admitted adapters by default (heart library; --adapter overrides a role)")
     p.add_argument("--engine", choices=[*ENGINE_SPECS, "vllm"], default="peft",
                    help="peft or llama.cpp in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
     p.add_argument("--quantize", choices=["int8"], default=None, help="peft engine: int8 base linears (CPU)")
@@ -352,7 +431,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from heart.traces import TraceWriter
 
     _check_loop_arguments(args)
-    environment = load_environment(args.env)
+    environment = _with_library(args, load_environment(args.env))
     _check_middleware(args, environment)
     shared = None if args.model == "gold" else _backend(args)  # a model loads once, before serving
 
@@ -392,6 +471,21 @@ def _check_parser(sub) -> None:
     p.add_argument("what", choices=["parity"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="--adapters DIR [--model M] [--engines vllm,llamacpp,int8]")
     p.set_defaults(func=cmd_check)
+
+
+def cmd_library(args: argparse.Namespace) -> int:
+    from heart_distill.library_cli import main as library_main
+
+    return library_main(args)
+
+
+def _library_parser(sub) -> None:
+    from heart_distill.library_cli import add_arguments
+
+    p = sub.add_parser("library", help="the library: propose, validate and admit composite primitives and role "
+                                       "adapters; history, list")
+    add_arguments(p)
+    p.set_defaults(func=cmd_library)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -441,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_parser(sub)
     _mcp_parser(sub)
     _check_parser(sub)
+    _library_parser(sub)
     p = sub.add_parser("eval", help="evaluate roles on held-out inputs, or the whole loop end to end")
     p.add_argument("action", choices=["roles", "e2e"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="see heart eval roles --help / heart eval e2e --help")
@@ -455,6 +550,10 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_arguments(p)
     p.set_defaults(func=cmd_pipeline)
     _toolface_arguments(sub)
+    p = sub.add_parser("optimize", help="optimize the harness (prompts + middleware) around a fixed model: "
+                                        "PRISM's protocol, four arms (docs/optimize.md)")
+    optimize_arguments(p)
+    p.set_defaults(func=cmd_optimize)
     return parser
 
 

@@ -130,6 +130,26 @@ class EvalConfig:
 
 
 @dataclass
+class ExecutorConfig:
+    kind: Literal["local", "ray"] = "local"
+    """Where the collect, collect_test and eval_e2e stages run their episodes: local (threads
+    in one process) or ray (Ray Data actors on a Ray cluster; docs/scaling.md)."""
+    address: str | None = None
+    """Ray cluster address (None: RAY_ADDRESS, else the cluster `ray start` began on this machine)."""
+    workers: Annotated[int, Field(gt=0)] = 2
+    """Ray worker actors per command."""
+    shard_size: Annotated[int, Field(gt=0)] = 16
+    """Episodes per Ray shard."""
+
+    def arguments(self) -> list[str]:
+        """The command-line options that say so; none for local (the stages' keys stay as they were)."""
+        if self.kind == "local":
+            return []
+        return ["--executor", "ray", *(["--ray-address", self.address] if self.address else []),
+                "--workers", str(self.workers), "--shard-size", str(self.shard_size)]
+
+
+@dataclass
 class PipelineConfig:
     run_dir: str = "runs/pipeline"
     """Folder of everything the pipeline writes (relative to the working directory)."""
@@ -139,6 +159,7 @@ class PipelineConfig:
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
 
 def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
@@ -173,9 +194,11 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     run = Path(config.run_dir)
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
     faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
+    executor = config.executor.arguments()
     collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
                 "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency),
-                "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else [])] for env in c.envs]
+                "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else []), *executor]
+               for env in c.envs]
     roles_yaml = recipe_dir / t.recipe
     recipe_files = _recipe_files(roles_yaml, t.roles)
     # every role in one training process ({role} is each role's name): one start-up, not four
@@ -185,7 +208,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     test_faults = ["--fault-rate", str(h.fault_rate)] if h.fault_rate else []
     collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, *test_faults,
                      "--concurrency", str(c.concurrency), "--out", str(run / "collect-test"),
-                     *(["--limit", str(h.limit)] if h.limit else [])] for env in h.envs]
+                     *(["--limit", str(h.limit)] if h.limit else []), *executor] for env in h.envs]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
     # each evaluation runs both sides in one process: they share the model and decode in one batch
@@ -200,7 +223,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
         folder = run / "eval" / ("e2e-" + name + "-" if name else "e2e-")
         limit_e2e = ["--limit", str(run_spec.limit)] if run_spec.limit else []
         eval_e2e.append(["heart", "eval", "e2e", "--env", run_spec.env, "--split", "test", "--roles",
-                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args,
+                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args, *executor,
                          "--out", f"{folder}distilled", "--base-out", f"{folder}base"])
     e2e_outputs = [Path(command[-3]) for command in eval_e2e] + [Path(command[-1]) for command in eval_e2e]
     a = e.attack

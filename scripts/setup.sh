@@ -9,7 +9,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
 fi
-.venv/bin/pip install -q -e ".[test]"
+# the test extra, and Ray (the ray extra: tests/integration/test_ray_executor.py runs it)
+.venv/bin/pip install -q -e ".[test,ray]"
 .venv/bin/pip install -q --no-deps -r requirements-nodeps.txt
 # llama.cpp, the CPU role engine (heart.runtime.llamacpp), and its converter from peft adapters
 # to GGUF LoRA: PyPI ships llama-cpp-python as source only, so the first run compiles it
@@ -19,7 +20,9 @@ fi
 LLAMA_CPP_PYTHON=llama-cpp-python==0.3.36
 TOOLS=.venv/share/llama.cpp
 WHEELS=${HEART_CACHE:-$HOME/.cache/heart}/wheels/$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha256sum | cut -c1-12)
-if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null || [ ! -f "$TOOLS/convert_lora_to_gguf.py" ]; then
+# HEART_SKIP_LLAMACPP=1 leaves it out (scripts/gpu_check.sh: a GPU machine serves with vLLM).
+if [ "${HEART_SKIP_LLAMACPP:-0}" != 1 ] && \
+   { ! .venv/bin/python -c "import llama_cpp" 2>/dev/null || [ ! -f "$TOOLS/convert_lora_to_gguf.py" ]; }; then
   SDIST=$(mktemp -d)
   .venv/bin/pip download -q --no-deps --no-binary :all: "$LLAMA_CPP_PYTHON" -d "$SDIST" 2>&1 | grep -v "is ignored" || true
   if ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then

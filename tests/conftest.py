@@ -36,6 +36,8 @@ LONGEST_FIRST = (  # wall time under `-n 2` on 2 cores, measured
     "tests/integration/test_smollm2_loop.py",  # ~210 s: SmolLM2 runs a BFCL and an AgentDojo task
     "tests/integration/test_train_sft.py",  # ~130 s: five LoRA trainings
     "tests/integration/test_collect.py",  # ~65 s
+    "tests/integration/test_ray_executor.py",  # ~50 s: a local Ray instance, collections on both executors
+    "tests/integration/test_gpu_check.py",  # ~45 s: the GPU check's CPU smoke (one accelerate launch)
     "tests/integration/test_llamacpp.py",  # ~55 s
     "tests/integration/test_hf_backend.py",  # ~45 s
 )

@@ -12,6 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from heart.roles import relevance
 from heart_distill.train.config import DataConfig
 
 
@@ -57,7 +58,13 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
     if "train" not in raw:
         raise ValueError(f"data.dataset_dir={data.dataset_dir}: no train split (has {sorted(raw)})")
     # validation may be absent: a small run can hold out no task for it (then no eval).
-    splits = {name: raw[name].select_columns(["messages"]) for name in ("train", "validation") if name in raw}
+    splits = {name: raw[name] for name in ("train", "validation") if name in raw}
+    if data.mode != "all":
+        if "mode" not in raw["train"].column_names:
+            raise ValueError(f"data.mode={data.mode}: {data.dataset_dir} has no mode column (a Primitive dataset has one)")
+        splits = {name: split.filter(lambda row: row["mode"] == data.mode, keep_in_memory=True)
+                  for name, split in splits.items()}
+    splits = {name: split.select_columns(["messages"]) for name, split in splits.items()}
     if data.max_train_examples:  # a seeded sample: the first N rows would be the first few tasks only
         sample = splits["train"].shuffle(seed=data.sample_seed, keep_in_memory=True)
         splits["train"] = sample.select(range(min(data.max_train_examples, len(sample))))
@@ -65,8 +72,11 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
         splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
     if data.system_prompt == "short":
         prompt = short_system_prompt(data.role)
+        # a mode with its own prompt gets its own short one (the Primitive's relevance mode)
+        by_mode = {relevance.SYSTEM_PROMPT: relevance.SHORT_SYSTEM_PROMPT} if data.role == relevance.ROLE else {}
         # keep_in_memory: training must not write cache files into the dataset folder it reads
-        splits = {name: split.map(lambda row: {"messages": _with_system(row["messages"], prompt)}, keep_in_memory=True)
+        splits = {name: split.map(lambda row: {"messages": _with_system(
+                      row["messages"], by_mode.get(row["messages"][0]["content"], prompt))}, keep_in_memory=True)
                   for name, split in splits.items()}
     info = {
         "path": str(Path(data.dataset_dir).resolve()),

@@ -133,6 +133,8 @@ def train_role(recipe) -> int:
         "train_runtime_s": runtime, "steps_per_s": (trainer.state.global_step - start_step) / runtime,
         "tokens_seen": tokens, "tokens_per_s": tokens / runtime,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # this process's GPU (rank 0 under FSDP/ZeRO-3): what sizes a GPU for the recipe
+        "peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None,
     }
     base = {"name": recipe.model.name, "path": base_path, "content_hash": model_content_hash(base_path),
             "hf_id": (read_manifest(Path(base_path)) or {}).get("hf_id") if Path(base_path).is_dir() else base_path}

@@ -307,6 +307,11 @@ class AgentDojoSession(LoggedSession):
         call.__name__ = name
         return call
 
+    def state(self) -> dict:
+        """The environment's state as plain JSON (what the carried validation compares
+        before and after a state-changing call, :mod:`heart.validation`)."""
+        return self.environment.model_dump(mode="json")
+
     def score(self) -> EpisodeScore:
         from agentdojo.functions_runtime import FunctionCall
 

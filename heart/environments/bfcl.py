@@ -56,6 +56,7 @@ from heart.environments.base import (  # noqa: E402
 from heart.environments.calls import EpisodeLog, LoggedSession, jsonable  # noqa: E402
 from heart.environments.splits import split_of  # noqa: E402
 from heart.toolface import Tool, ToolSpec  # noqa: E402
+from heart.validation import state_view  # noqa: E402
 
 MULTI_TURN_CLASSES = (
     "GorillaFileSystem",
@@ -289,6 +290,12 @@ class BFCLSession(LoggedSession):
         call.__name__ = name
         call.__doc__ = method.__doc__
         return call
+
+    def state(self) -> dict:
+        """The backends' state as plain JSON, every attribute followed (private ones too: a
+        file system's current directory is ``_current_dir``), for the carried validation's
+        before/after comparison (:mod:`heart.validation`)."""
+        return {cls: state_view(instance) for cls, instance in self.instances.items()}
 
     def decoded_calls(self) -> list[list[list[str]]]:
         """The logged calls as BFCL's checker takes them: turns of steps of call strings.

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from heart.families import CODE_DESCRIPTION, CODE_FUNCTIONS, CODE_PARAMETERS, CODE_PRIMITIVE, EXPRESSION_CHARS
 from heart.roles.common import ParseResult, build_role_messages, parse_model
+from heart.roles import primitive_messages
 
 ROLE = "primitive"
 
@@ -107,7 +108,10 @@ def parse(text: str, tool_name: str) -> ParseResult[PrimitiveOutput]:
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PrimitiveOutput]:
     """Parse an answer for this input: it names the card's tool, and a code card's answer is
-    an expression, a tool card's one arguments (or UNRESOLVABLE, either way)."""
+    an expression, a tool card's one arguments (or UNRESOLVABLE, either way). A
+    messages-mode input is parsed by :mod:`heart.roles.primitive_messages`."""
+    if primitive_messages.is_messages_input(payload):
+        return primitive_messages.parse_for_input(text, payload)
     result = parse(text, payload["tool"]["name"])
     if result.ok and result.value.status == "RESOLVED" and (result.value.family == "code") != is_code(payload):
         want = "an expression (family code)" if is_code(payload) else "arguments (family tool)"
@@ -141,7 +145,10 @@ def code_output_schema(tool_name: str = CODE_PRIMITIVE) -> dict[str, Any]:
 
 def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
     """The serving schema of the answer to this input: its tool's own parameter schema (a
-    code card: :func:`code_output_schema`)."""
+    code card: :func:`code_output_schema`; a messages-mode input:
+    :func:`heart.roles.primitive_messages.schema_for_input`)."""
+    if primitive_messages.is_messages_input(payload):
+        return primitive_messages.schema_for_input(payload)
     if is_code(payload):
         return code_output_schema(payload["tool"]["name"])
     return output_schema(payload["tool"]["name"], payload["tool"]["parameters"])

@@ -63,6 +63,8 @@ def check_parity(model: str, adapters_dir: str, engines: list[str], max_new_toke
     requests = role_requests(list(adapters), max_new_tokens)
     reference = TransformersBackend(model, adapters=adapters)
     tokenizer = reference.tokenizer
+    # vLLM computes in the reference's dtype (bf16 on a GPU, fp32 on a CPU): parity across dtypes means little
+    dtype = "bfloat16" if reference.device.type == "cuda" else "float32"
     expected = [reference.generate(r.role, r.messages, r.sampling) for r in requests]
     # The base's own answers: parity means little if the adapters did not change anything.
     base = [reference.generate("base", r.messages, r.sampling) for r in requests]
@@ -74,7 +76,7 @@ def check_parity(model: str, adapters_dir: str, engines: list[str], max_new_toke
         if engine == "vllm":
             from heart.runtime.vllm_engine import VLLMBackend
 
-            with VLLMBackend(model, adapters=adapters, log=vllm_log) as backend:
+            with VLLMBackend(model, adapters=adapters, log=vllm_log, dtype=dtype) as backend:
                 answers = backend.generate_batch(requests)
         elif engine == "llamacpp":
             from heart.runtime.llamacpp import LlamaCppBackend

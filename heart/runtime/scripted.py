@@ -35,6 +35,17 @@ calls (a student can learn only what its input determines), in the formats of HE
   the Primitive writes the computation's expression. Only when the Code primitive is shown
   and the rest of the turn, inputs included, fits in one plan (a code step cannot read an
   earlier attempt's results); no fault is injected into it.
+- **Messages** (HEELO, the Primitive's messages mode): to each step that reads this
+  step's result, the field of the result where that step's gold values appear (found with
+  ``deepdiff``'s search, :func:`message_for`), with a caveat when the value is one item of a
+  list, occurs more than once or sits inside a longer text; to a code step, the whole result
+  and what it computes. Written from the result in the input and the gold calls, never from
+  the benchmark's answer.
+
+- **Library composites** (``composites``, :mod:`heart.library`): a run of a turn's gold
+  calls that a composite shown to the turn's first plan makes (same tools, argument names
+  and literals) is planned, routed and called as one call of the composite (not in a turn
+  with a code step, whose inputs index the gold calls).
 
 Every answer is clipped to its role's length limits, so it validates against the schema
 the role is served with (``schema_for_input`` of its own input).
@@ -52,7 +63,8 @@ from typing import Any, Callable, Sequence
 from heart.environments.base import Task, ToolCall
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
 from heart.grounding import grounded
-from heart.roles import planner, router, verifier
+from heart.library import Composite, compose_calls
+from heart.roles import planner, primitive_messages, relevance, router, verifier
 from heart.roles.common import clip_phrase, clip_words, render_answer, role_input
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
@@ -157,6 +169,95 @@ OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}", "{Purpose}{args}.")
 REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
 
 
+def gold_how(calls: Sequence[ToolCall], request: str) -> str:
+    """A compact "how" for a tool the turn's gold ``calls`` use: the parameters they fill
+    from the request's own words, then those filled from context (earlier results, the
+    conversation, or inferred)."""
+    names = list(dict.fromkeys(n for c in calls for n in c.arguments))
+    from_request = [n for n in names if any(grounded(c.arguments.get(n), request) for c in calls
+                                            if c.arguments.get(n) is not None)]
+    rest = [n for n in names if n not in from_request]
+    parts = ([f"fills {', '.join(from_request)} from the request"] if from_request else []) \
+        + ([f"{', '.join(rest)} from context"] if rest else [])
+    return clip_words("; ".join(parts) or "runs without arguments", relevance.HOW_CHARS)
+
+
+def _found(result: Any, value: Any) -> tuple[list[list[Any]], bool]:
+    """Where ``value`` appears in ``result``: the paths of the fields that equal it (deepdiff's
+    search, a number matching its text too), else of the texts that contain it; and whether
+    the match is exact."""
+    from deepdiff import DeepSearch
+    from deepdiff.path import parse_path
+
+    if isinstance(value, list):  # a list argument (recipients): where its first value is
+        value = next((v for v in value if isinstance(v, (str, int, float)) and not isinstance(v, bool)), None)
+    if value is None or isinstance(value, (bool, dict)) or (isinstance(value, str) and not value.strip()):
+        return [], False
+    if result == value or (isinstance(result, str) and str(value) == result):
+        return [[]], True
+    for exact in (True, False):
+        if not exact and (not isinstance(value, str) or len(value) < 3):
+            break
+        found = DeepSearch(result, value, verbose_level=1, strict_checking=False, match_string=exact)
+        paths = sorted(found.get("matched_values", []), key=lambda p: (len(p), p))
+        if not exact and not paths and isinstance(result, str) and value.lower() in result.lower():
+            return [[]], False
+        if paths:
+            return [parse_path(p) for p in paths], exact
+    return [], False
+
+
+def _field(path: list[Any]) -> list[Any]:
+    """``path`` up to its first key a message's field cannot spell (or hold: too deep, too long)."""
+    spelled = []
+    for key in path:
+        field = ".".join(["result", *map(str, spelled), str(key)])
+        if not primitive_messages.FIELD.fullmatch(field) or len(field) > primitive_messages.FIELD_CHARS:
+            break
+        spelled.append(key)
+    return spelled
+
+
+def message_for(result: Any, reads: dict[str, Any]) -> dict[str, str] | None:
+    """A message to one dependent step: the field of ``result`` holding the values its gold
+    call binds from this step (``reads``: parameter → gold value), with a caveat when the
+    value sits in a list of several items, occurs more than once, or is part of a longer
+    text. None when no value is in the result."""
+    located = {}
+    caveats, inside = [], []
+    for name, value in reads.items():
+        paths, exact = _found(result, value)
+        if not paths:
+            continue
+        located[name] = _field(paths[0])
+        if len(paths) > 1:
+            caveats.append(f"{name} occurs {len(paths)} times, the first is meant")
+        if not exact:
+            inside.append(name)
+    if inside:
+        caveats.append(f"{', '.join(inside)} inside the text")
+    if not located:
+        return None
+    paths = list(located.values())
+    common = paths[0]
+    for path in paths[1:]:  # several values: the field that holds them all
+        shared = 0
+        while shared < min(len(common), len(path)) and common[shared] == path[shared]:
+            shared += 1
+        common = common[:shared]
+    if len(located) > 1:
+        caveats.insert(0, "holds " + ", ".join(located))
+    node, listed = result, None
+    for key in common:  # the innermost list the field passes through, if it has several items
+        if isinstance(node, list) and len(node) > 1:
+            listed = (key, len(node))
+        node = node[key] if isinstance(node, (dict, list)) else None
+    if listed is not None:
+        caveats.insert(0, f"item {listed[0]} of a list of {listed[1]}")
+    return {"field": ".".join(["result", *map(str, common)]),
+            "note": clip_words("; ".join(caveats), primitive_messages.NOTE_CHARS)}
+
+
 def h_params(tool: str) -> dict[str, Any]:
     """The gold Router's h-params, derived from the tool: retries (3) for idempotent reads
     only — a write retried after a timeout could run twice —, priority "normal" (raised to
@@ -182,6 +283,8 @@ class _TurnState:
     """Index (in the turn's calls) of each call of the current plan (step i ↔ plan_indices[i-1])."""
     code_dropped: bool = False
     """The turn's computations are not planned (the Code primitive is not shown)."""
+    composites: list | None = None
+    """Library composites shown to the turn's first plan: the turn's calls use them."""
 
 
 class GoldTeacher:
@@ -193,7 +296,8 @@ class GoldTeacher:
     """
 
     def __init__(self, task: Task, tools: Sequence[ToolSpec], fault_rate: float = 0.0,
-                 max_faults_per_turn: int = 1, seed: int = 0, redo_passed: bool = False):
+                 max_faults_per_turn: int = 1, seed: int = 0, redo_passed: bool = False,
+                 composites: Sequence[Composite] = ()):
         if task.gold is None:
             raise ValueError(f"task {task.task_id} has no gold calls: the gold teacher cannot answer it")
         if not 0.0 <= fault_rate <= 1.0:
@@ -206,6 +310,10 @@ class GoldTeacher:
         """Re-plan the turn from its first call, as a Planner that ignores "do not redo SUCCESS
         steps" would (as many of the latest calls as the plan holds): what
         ``bench/replan_reuse.py`` measures the loop's ledger against. Off for collections."""
+        self.composites = list(composites)
+        """Library composite primitives (:mod:`heart.library`): a run of gold calls that a
+        composite shown to the turn's first plan makes is planned as one call of it."""
+        self.specs.update({c.name: c.spec for c in self.composites})
         self.rng = random.Random(f"{task.env}/{task.task_id}/{seed}")
         self.name = gold_teacher_name(fault_rate)
         self._turns: dict[int, _TurnState] = {}
@@ -216,8 +324,13 @@ class GoldTeacher:
     def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
         start = time.perf_counter()
         payload = role_input(messages)
-        answer, meta = {"planner": self._planner, "router": self._router,
-                        "primitive": self._primitive, "verifier": self._verifier}[role](payload)
+        if role == relevance.ROLE and relevance.is_relevance_input(payload):
+            answer, meta = self._relevance(payload)
+        elif role == primitive_messages.ROLE and primitive_messages.is_messages_input(payload):
+            answer, meta = self._messages(payload)
+        else:
+            answer, meta = {"planner": self._planner, "router": self._router,
+                            "primitive": self._primitive, "verifier": self._verifier}[role](payload)
         # the very form the serving grammar (heart.runtime.hf) and the prefills use, so a
         # student learns exactly what it may produce
         text = render_answer(answer)
@@ -283,6 +396,9 @@ class GoldTeacher:
         call per computation, its arguments the computation's expression, objective and inputs
         (variable → index of the gold call it reads)."""
         calls = list(self.task.gold[state.turn])
+        computations = (self.task.computations or [[]] * len(self.task.turns))[state.turn]
+        if state.composites and not computations:  # (a computation indexes the gold calls)
+            calls = compose_calls(calls, state.composites)
         if not state.code_dropped:
             calls += [ToolCall(CODE_PRIMITIVE, {"expression": c.expression, "objective": c.objective,
                                                 "inputs": dict(c.inputs)})
@@ -307,6 +423,8 @@ class GoldTeacher:
         if CODE_PRIMITIVE not in shown or any(len(c.inputs) >= max_steps
                                               for c in (self.task.computations or {turn: []})[turn]):
             state.code_dropped = True
+        if state.composites is None:  # fixed per turn: the calls' indices must stay valid
+            state.composites = [c for c in self.composites if c.name in shown]
         calls = self._calls(state)
         remaining = calls[state.consumed:]
         missing = sorted({c.name for c in remaining if c.name not in shown})
@@ -428,6 +546,38 @@ class GoldTeacher:
         return {"status": "READY", "dispatch": dispatch}, meta
 
     # -- Primitive -------------------------------------------------------------------------
+    def _relevance(self, p: dict[str, Any]) -> tuple[dict, dict]:
+        """Gold relevance: the tool applies when the turn's gold calls use it; ``how`` names
+        the parameters its gold calls fill, and whether from the request or from earlier
+        results (the gold calls and the request, never the checker's answer)."""
+        if p["request"] not in self.task.turns:
+            raise ValueError(f"relevance request is not a turn of task {self.task.task_id}: {p['request'][:80]!r}")
+        turn = self.task.turns.index(p["request"])
+        name = p["tool"]["name"]
+        calls = [c for c in self.task.gold[turn] if c.name == name]
+        if not calls:
+            return {"applies": False, "how": ""}, {}
+        return {"applies": True, "how": gold_how(calls, p["request"])}, {}
+
+    def _messages(self, p: dict[str, Any]) -> tuple[dict, dict]:
+        """Messages mode: for each dependent step, the field of this result where its gold
+        call's values for the bindings that read this step appear (:func:`message_for`);
+        to a code step, the whole result and what it computes."""
+        state = self._current
+        messages = []
+        for dep in p["dependents"]:
+            call = state.plan_calls[dep["step"] - 1] if dep["step"] <= len(state.plan_calls) else None
+            if call is None:
+                continue
+            if call.name == CODE_PRIMITIVE:
+                note = clip_words(f"needs a computation: {call.arguments['objective']}", primitive_messages.NOTE_CHARS)
+                messages.append({"to": dep["step"], "field": "result", "note": note})
+                continue
+            message = message_for(p["result"], {r: call.arguments[r] for r in dep["reads"] if r in call.arguments})
+            if message is not None:
+                messages.append({"to": dep["step"], **message})
+        return {"tool": p["tool"], "messages": messages}, {}
+
     def _primitive(self, p: dict[str, Any]) -> tuple[dict, dict]:
         state = self._current
         tool = p["tool"]["name"]

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from heart.roles import primitive_messages
 from heart.roles.common import render_answer, role_input
 
 
@@ -31,7 +32,10 @@ class HashingEmbedder:
 
 
 class Script:
-    """Answers role calls from per-role queues of strings or callables(payload) -> str."""
+    """Answers role calls from per-role queues of strings or callables(payload) -> str.
+
+    The Primitive's messages mode (:mod:`heart.roles.primitive_messages`) answers from the
+    ``messages`` queue, recorded as role ``"messages"``; without one, with no messages."""
 
     def __init__(self, **queues: list[Any]):
         self.queues = {role: list(items) for role, items in queues.items()}
@@ -39,6 +43,11 @@ class Script:
 
     def __call__(self, role: str, messages: list[dict[str, str]]) -> str:
         payload = role_input(messages)
+        if role == "primitive" and primitive_messages.is_messages_input(payload):
+            role = "messages"
+            if role not in self.queues:
+                self.calls.append((role, payload))
+                return render_answer({"tool": payload["tool"], "messages": []})
         self.calls.append((role, payload))
         queue = self.queues.get(role)
         if not queue:

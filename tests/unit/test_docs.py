@@ -11,7 +11,10 @@ and every command a user copies from a code block runs as written.
   ``bash scripts/X.sh`` names a script that passes ``bash -n``, ``python -m M`` names an
   importable module (and parses with M's parser for the project's entry points),
   ``python bench/X.py`` names an existing bench script whose parser accepts the arguments,
-  ``accelerate launch ... -m heart_distill.train.sft --recipe R`` names existing files;
+  ``accelerate launch ... -m heart_distill.train.sft --recipe R`` parses with accelerate's own
+  launch parser and names existing files, ``ray start|stop|status ...`` parses with Ray's own
+  command line, ``vllm serve BASE ...`` uses only known ``vllm serve`` options and maps each
+  ``--lora-modules`` entry to a role, ``pip install '...[EXTRA]'`` names an extra of pyproject;
 - relative links in README.md and docs/ point at files that exist.
 """
 
@@ -215,12 +218,74 @@ def check_bench(script: str, argv: list[str]) -> None:
 
 
 def check_accelerate(words: list[str], monkeypatch) -> None:
+    from accelerate.commands.launch import launch_command_parser
+
     assert words[:2] == ["accelerate", "launch"], "only `accelerate launch` is checked"
     assert "-m" in words, "accelerate launch without -m MODULE"
+    launch_command_parser().parse_args(words[2:])  # accelerate's own options (multi-node ones too)
     at = words.index("-m")
     if "--config_file" in words[:at]:
         assert_file(words[words.index("--config_file") + 1], "accelerate --config_file")
     check_module(words[at + 1], words[at + 2:], monkeypatch)
+
+
+def check_ray(words: list[str]) -> None:
+    """``ray start --head ...`` and kin, parsed by Ray's own (click) command line."""
+    import click
+    from ray.scripts.scripts import cli
+
+    assert len(words) > 1, "ray without a sub-command"
+    command = cli.get_command(None, words[1])
+    assert command is not None, f"ray has no sub-command {words[1]!r}"
+    try:
+        command.make_context(f"ray {words[1]}", list(words[2:]))
+    except click.ClickException as err:
+        raise AssertionError(f"ray {words[1]}: {err.format_message()}") from None
+
+
+VLLM_SERVE_OPTIONS = frozenset({
+    "--host", "--port", "--served-model-name", "--dtype", "--max-model-len", "--gpu-memory-utilization",
+    "--max-num-seqs", "--seed", "--enforce-eager", "--load-format", "--tokenizer", "--generation-config",
+    "--tensor-parallel-size", "--data-parallel-size", "--data-parallel-size-local", "--data-parallel-address",
+    "--data-parallel-rpc-port", "--data-parallel-start-rank", "--headless", "--api-server-count",
+    "--enable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-modules",
+})
+"""The ``vllm serve`` options the guides use, as vLLM's engine and server arguments name them
+(vLLM is not installed beside the toolkit: it lives in .venv-vllm or on the GPU machine)."""
+
+
+def check_vllm(words: list[str]) -> None:
+    """``vllm serve MODEL [--option value ...]``: known options only; ``--lora-modules`` maps
+    roles to adapter folders; ``--max-loras`` / ``--max-lora-rank`` are counts."""
+    from heart import ROLES
+
+    assert words[1:2] == ["serve"] and len(words) > 2 and not words[2].startswith("-"), \
+        "only `vllm serve MODEL ...` is checked"
+    option = None
+    for word in words[3:]:
+        if word.startswith("--"):
+            option, _, value = word.partition("=")
+            assert option in VLLM_SERVE_OPTIONS, f"vllm serve: unknown option {option}"
+            if not value:
+                continue
+            word = value
+        if option == "--lora-modules":
+            role, sep, path = word.partition("=")
+            assert sep and path and role in ROLES, f"vllm serve --lora-modules: {word!r} is not ROLE=PATH"
+        elif option in ("--max-loras", "--max-lora-rank", "--port", "--data-parallel-size", "--tensor-parallel-size"):
+            assert word.isdigit() and int(word) > 0, f"vllm serve {option}: {word!r} is not a positive count"
+
+
+def check_pip(words: list[str]) -> None:
+    """``pip install ... '.[ray]'`` / ``'heart-distill[ray]'``: the extras exist in pyproject."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for word in words[2:]:
+        match = re.fullmatch(r"(?:\.|heart-distill)\[([\w,-]+)\]", word)
+        if match:
+            unknown = set(match.group(1).split(",")) - set(extras)
+            assert not unknown, f"pip install {word}: pyproject has no extra {sorted(unknown)}"
 
 
 def check_command(words: list[str], monkeypatch) -> None:
@@ -247,6 +312,12 @@ def check_command(words: list[str], monkeypatch) -> None:
                 assert_file(words[1], "python script")
     elif head == "accelerate":
         check_accelerate(words, monkeypatch)
+    elif head == "ray":
+        check_ray(words)
+    elif head == "vllm":
+        check_vllm(words)
+    elif head == "pip" and words[1:2] == ["install"]:
+        check_pip(words)
 
 
 @pytest.mark.parametrize("document", documents_with_commands(), ids=lambda p: p.relative_to(REPO).as_posix())
@@ -273,6 +344,16 @@ def test_a_wrong_command_is_caught(monkeypatch):
         check_command(["bash", "scripts/no_such.sh"], monkeypatch)
     with pytest.raises(AssertionError):
         check_command(["python", "-m", "heart_distill.no_such_module"], monkeypatch)
+    with pytest.raises(AssertionError):
+        check_command(["ray", "start", "--hed"], monkeypatch)
+    with pytest.raises(AssertionError):
+        check_command(["vllm", "serve", "Qwen/Qwen3-8B", "--enable-lora", "--lora-modules", "planer=a"], monkeypatch)
+    with pytest.raises(AssertionError):
+        check_command(["vllm", "serve", "Qwen/Qwen3-8B", "--max-lora-rnk", "16"], monkeypatch)
+    with pytest.raises(AssertionError):
+        check_command(["pip", "install", "-e", ".[raay]"], monkeypatch)
+    with pytest.raises(SystemExit):  # accelerate's parser refuses an unknown option
+        check_command(["accelerate", "launch", "--nodes", "2", "-m", "heart_distill.train.sft"], monkeypatch)
 
 
 # -- links ---------------------------------------------------------------------------------

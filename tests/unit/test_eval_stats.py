@@ -63,13 +63,24 @@ def test_mean_worst_rr0():
     assert rr0([1, -1, 0, 2]) == 0.5
 
 
-def test_rel_lift95_single_configuration_is_the_low_tail_of_mean_lift():
-    assert rel_lift95(np.zeros((3, 1)), np.full((3, 1), 5.0)) == 5.0
-    # two seeds with lifts 0 and 10: resampled means are 0, 5, 10 with chances 1/4, 1/2, 1/4
-    assert rel_lift95(np.zeros((2, 1)), np.array([[0.0], [10.0]])) == 0.0
+def test_rel_lift95_at_one_run_is_the_low_tail_of_the_runs_lifts():
+    assert rel_lift95([0.0] * 3, [5.0] * 3) == 5.0
+    # 20 synthetic runs with lifts -9..10: one run per draw, the 5th percentile of draws
+    lifts = np.arange(-9.0, 11.0)
+    assert rel_lift95(np.zeros(20), lifts, n_resamples=20000) == pytest.approx(np.percentile(lifts, 5), abs=1.0)
 
 
-def test_rel_lift95_follows_the_dev_gate_not_the_test_lift():
-    dev = np.array([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])     # the gate always picks config 1
-    test = np.array([[100.0, -3.0], [100.0, -3.0], [100.0, -3.0]])
-    assert rel_lift95(dev, test) == -3.0
+def test_rel_lift95_selects_by_the_gate_statistic_never_by_the_held_out_lift():
+    # the run with the best gate statistic has the worst held-out lift: more budget, more often chosen
+    gates, held_out = [1.0, 2.0, 3.0, 9.0], [10.0, 10.0, 10.0, -5.0]
+    assert rel_lift95(gates, held_out, runs_per_draw=1) == -5.0
+    assert rel_lift95(gates, held_out, runs_per_draw=4) == -5.0
+    # better gate, better lift: a larger budget B raises the lower tail
+    gates, held_out = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [-4.0, -2.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert rel_lift95(gates, held_out, runs_per_draw=4) > rel_lift95(gates, held_out, runs_per_draw=1)
+
+
+def test_rel_lift95_breaks_gate_ties_by_run_id_and_refuses_mismatched_input():
+    assert rel_lift95([1.0, 1.0], [7.0, -7.0], runs_per_draw=8, run_ids=["b", "a"]) == -7.0
+    with pytest.raises(ValueError, match="one gate statistic and one held-out lift per run"):
+        rel_lift95([1.0], [1.0, 2.0])

@@ -151,3 +151,22 @@ def test_the_parser_builds_without_importing_data_collection_or_eval():
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {parts} or '.'.join(m.split('.')[:2]) in {parts}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_progress_bars_come_from_one_home_and_are_silent_off_a_terminal():
+    import io
+
+    from heart.progress import progress_bar
+
+    stream = io.StringIO()  # not a TTY, like a log file or CI
+    assert list(progress_bar(range(3), file=stream, desc="work")) == [0, 1, 2]
+    assert stream.getvalue() == ""
+    for folder in ("heart", "heart_distill", "data", "train", "eval", "bench"):
+        for path in (REPO / folder).rglob("*.py"):
+            if path == REPO / "heart" / "progress.py" or "__pycache__" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                assert not any(n.split(".")[0] == "tqdm" for n in names), \
+                    f"{path.relative_to(REPO)} imports tqdm: take the bar from heart.progress"

@@ -105,8 +105,11 @@ def test_happy_path_verifies_each_step_with_its_schema_and_traces_every_call(wor
     assert verifier_inputs[1]["steps"][0]["tool_schema"] == toolface.get("cat").spec.parameters
     assert verifier_inputs[1]["steps"][0]["envelope"]["status"] == "SUCCESS"
     rows = list(read_trace(trace_path))
-    assert [r["role"] for r in rows] == ["planner", "router", "primitive", "verifier", "primitive", "verifier"]
-    assert rows[4]["extra"]["envelope"]["status"] == "SUCCESS" and rows[4]["step"] == 2 and rows[5]["step"] == 2
+    # step 2 reads step 1's result: once step 1 passed, its Primitive wrote messages to step 2
+    assert [r["role"] for r in rows] == ["planner", "router", "primitive", "verifier", "primitive", "primitive",
+                                         "verifier"]
+    assert rows[4]["extra"]["mode"] == "messages" and rows[4]["step"] == 1
+    assert rows[5]["extra"]["envelope"]["status"] == "SUCCESS" and rows[5]["step"] == 2 and rows[6]["step"] == 2
     assert all(r["messages"][0]["role"] == "system" and r["raw_output"] for r in rows)
 
 

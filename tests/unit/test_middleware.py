@@ -205,3 +205,45 @@ def test_the_loop_applies_its_configured_set_per_turn_and_traces_every_block(bfc
     blocked = [r for a in first for r in a.results.values() if r.tool == "mv"]
     assert len(blocked) == 2 and all(r.meta["middleware"]["applied"][0]["id"] == "move-only-listed" for r in blocked)
     assert all(r.status == "FAILURE" and r.failure_type == CONSTRAINT_VIOLATION for r in blocked)
+
+
+def test_an_error_block_reaches_the_model_and_its_retry_succeeds(bfcl, tmp_path):
+    """Through the loop on BFCL's real ``cd``: the Primitive's first call (a path) is blocked
+    before execution with cd-one-level's message; the Verifier fails the step, the re-plan's
+    Primitive reads the message in its feedback and calls ``cd`` with one folder, which runs."""
+    from fakes import HashingEmbedder, Script, dispatch, fail, plan, verdict
+
+    from heart.calls import EpisodeContext, RoleClient
+    from heart.loop import HeartLoop
+    from heart.runtime import ScriptedBackend
+    from heart.toolface import ToolFace
+
+    session, tools = session_tools(bfcl)
+    toolface = ToolFace([tools["cd"], tools["ls"]], cache_dir=tmp_path / "cache", embedder=HashingEmbedder())
+    seen_feedback = []
+
+    def primitive(payload):
+        blocked_before = any("one folder level" in f for f in seen_feedback)
+        return {"tool": "cd", "arguments": {"folder": "document" if blocked_before else "document/reports"}}
+
+    def planner(payload):
+        seen_feedback.extend(payload.get("feedback") or [])
+        return plan(("cd", "go to the reports folder"), replanned=bool(payload.get("feedback")))
+
+    def verifier(payload):
+        envelope = payload["steps"][0]["envelope"]
+        if envelope["status"] == "FAILURE":
+            return fail(envelope["details"])(payload)
+        return verdict(payload)
+
+    script = Script(planner=[planner], router=[dispatch(("cd", {"folder": "document"}))],
+                    primitive=[primitive], verifier=[verifier])
+    client = RoleClient(ScriptedBackend(script), EpisodeContext("ep", "multi_turn_base_0", "bfcl"))
+    (tmp_path / "g.yaml").write_text(GUARDS)
+    loop = HeartLoop(client, toolface, lambda q: "", LoopConfig(replan_budget=1, middleware=str(tmp_path / "g.yaml"),
+                                                                   code=False))
+    result = loop.solve("go to the reports folder")
+    first, second = (a.results[1] for a in result.attempts)
+    assert first.status == "FAILURE" and first.meta["middleware"]["applied"][0]["id"] == "cd-one-level"
+    assert "one folder level" in first.details and any("one folder level" in f for f in seen_feedback)
+    assert second.ok and second.result == {"current_working_directory": "document"} and result.verdict == "PASS"

@@ -1,0 +1,251 @@
+"""Proposers: from a parent harness and a routed failure cluster to a candidate harness.
+
+- :class:`DeterministicProposer` needs no model. Middleware slot: a schema-failure cluster
+  becomes intercepts — an unknown argument name close to one of the tool's parameters
+  becomes a silent-correction ``rename``; a value the binding cannot read as its type, or
+  outside its enum, that the shipped corrections are off for becomes the matching
+  ``coerce_type`` / ``enum_casefold`` correction; a tool that raised for want of an argument its
+  schema calls optional becomes an ``error_blocking`` intercept that asks for it before the
+  call (a required one is refused by the binding already). Prompt slot: a fixed, small library of
+  one-sentence hints per failure kind (:data:`PROMPT_HINTS`), appended to the role's
+  prompt. Joint slot: both.
+- :class:`OpenAIProposer` asks any OpenAI-compatible chat model for the edit as JSON, with
+  the cluster's evidence, the parent's edits and the intercept format in its prompt.
+
+Either returns a :class:`Proposal`; a proposal that does not parse or names unknown tools is
+a ``Proposal`` with ``error`` set — the optimizer logs it and charges it one rollout, and
+the run goes on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from heart.harness import ROLES, Harness, HarnessError, _parse_prompts
+from heart.middleware import FORMAT as MIDDLEWARE_FORMAT, MiddlewareError, parse_middleware
+from heart_distill.eval.optimize.clusters import Cluster
+
+PROMPT_HINTS: dict[tuple[str, str], tuple[str, str]] = {
+    ("unparseable", "router"): ("router", "Write each invocation_request as one short sentence and each binding "
+                                          "once; close the JSON as soon as every step is dispatched."),
+    ("unparseable", "planner"): ("planner", "Answer with the JSON object only: a few words per intent field, one "
+                                            "step per action the query asks for."),
+    ("unparseable", "primitive"): ("primitive", "Answer with the JSON object only: the tool's arguments, each once."),
+    ("unparseable", "verifier"): ("verifier", "Answer with the JSON object only: the four criteria, then the status."),
+    ("empty_plan", "*"): ("planner", "When a listed tool can serve the query, plan at least one step with its "
+                                     "exact name."),
+    ("tool_failure", "*"): ("primitive", "Use only the parameter names of the tool's schema and give every required "
+                                         "parameter, with values taken verbatim from the request."),
+    ("verifier_fail", "*"): ("verifier", "A step whose tool returned SUCCESS with the arguments the request states "
+                                         "passes."),
+    ("checker", "*"): ("primitive", "Copy values from the request exactly (numbers as numbers, names as written) "
+                                    "and leave out optional parameters the request does not give."),
+}
+"""(failure kind, role or "*") → (role whose prompt gets the hint, the hint)."""
+
+_UNKNOWN = re.compile(r"unknown parameter\(s\) (.+?); the tool takes \[(.*)\]")
+_QUOTED = re.compile(r"'([^']+)'")
+_MISSING_ARG = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: '(\w+)'")
+
+
+@dataclass
+class Proposal:
+    harness: Harness | None
+    rationale: str = ""
+    error: str | None = None
+    tokens: int = 0
+    raw: str = ""
+    intercepts_added: list[str] = field(default_factory=list)
+
+
+def intercepts_of(harness: Harness) -> list[dict[str, Any]]:
+    """The parent's intercept rows (the shipped default's, when it uses the default set)."""
+    from heart.middleware import DEFAULT_PATH
+
+    if harness.middleware_text is not None:
+        return list(yaml.safe_load(harness.middleware_text).get("intercepts") or [])
+    if harness.middleware == "none":
+        return []
+    path = DEFAULT_PATH if harness.middleware == "default" else harness.middleware
+    return list(yaml.safe_load(open(path).read()).get("intercepts") or [])
+
+
+def with_edits(parent: Harness, name: str, intercepts: list[dict[str, Any]] | None = None,
+               prompts: list[tuple[str, str]] | None = None, catalog: list[Any] | None = None) -> Harness:
+    """``parent`` plus new intercepts (appended, checked against ``catalog``) and prompt hints
+    (appended to the role's edit); raises MiddlewareError / HarnessError on a bad edit."""
+    edits = {role: (kind, text) for role, kind, text in parent.prompts}
+    for role, hint in prompts or []:
+        kind, text = edits.get(role, ("append", ""))
+        if hint not in text:
+            edits[role] = (kind, f"{text}\n{hint}".strip())
+    middleware, text = parent.middleware, parent.middleware_text
+    if intercepts:
+        rows = intercepts_of(parent)
+        seen = {r["id"] for r in rows}
+        rows += [r for r in intercepts if r["id"] not in seen]
+        doc = {"format": MIDDLEWARE_FORMAT, "name": name, "version": 1,
+               "description": "Proposed by heart optimize.", "intercepts": rows}
+        parse_middleware(doc, f"{name}/middleware.yaml", catalog)
+        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+        middleware = "<in harness>"
+    prompts_tuple = tuple((r, k, t) for r, (k, t) in sorted(edits.items(), key=lambda kv: ROLES.index(kv[0])))
+    return Harness(name, prompts_tuple, middleware, text)
+
+
+def catalog_index(catalog: list[Any]) -> dict[str, dict[str, Any]]:
+    return {(getattr(s, "name", None) or s["name"]): (getattr(s, "parameters", None) or s.get("parameters") or {})
+            for s in catalog}
+
+
+def schema_intercepts(c: Cluster, catalog: list[Any]) -> list[dict[str, Any]]:
+    """Middleware for one schema-failure cluster, with no model (module docstring)."""
+    tools = catalog_index(catalog)
+    schema = tools.get(c.where)
+    if c.kind != "tool_failure" or schema is None:
+        return []
+    params = list(schema.get("properties", {}))
+    out = []
+    for detail in c.details:
+        m = _UNKNOWN.search(detail)
+        if m:
+            for wrong in _QUOTED.findall(m.group(1)):
+                target = _closest(wrong, params)
+                if target is not None:
+                    out.append({"id": f"rename-{c.where}-{wrong}-{target}", "pattern": "silent_correction",
+                                "guard": {"tool": c.where, "parameter": target, "when": "missing"},
+                                "action": {"correct": "rename", "from": [wrong]},
+                                "reason": f"The model calls {c.where} with {wrong!r} for {target!r} "
+                                          f"(cluster {c.id}, {len(c.cases)} case(s))."})
+        elif c.parameter in params and "cannot read" in detail:
+            out.append({"id": f"coerce-{c.where}-{c.parameter}", "pattern": "silent_correction",
+                        "guard": {"tool": c.where, "parameter": c.parameter, "when": "type_mismatch"},
+                        "action": {"correct": "coerce_type"},
+                        "reason": f"{c.where}.{c.parameter} arrives as the wrong type (cluster {c.id})."})
+        elif c.parameter in params and "is not one of" in detail:
+            out.append({"id": f"enum-{c.where}-{c.parameter}", "pattern": "silent_correction",
+                        "guard": {"tool": c.where, "parameter": c.parameter, "when": "not_in_enum"},
+                        "action": {"correct": "enum_casefold"},
+                        "reason": f"{c.where}.{c.parameter} arrives in another case than its enum (cluster {c.id})."})
+        for missing in _MISSING_ARG.findall(detail):  # the tool raised: its schema calls it optional
+            if missing in params:
+                description = schema["properties"][missing].get("description", "")
+                out.append({"id": f"require-{c.where}-{missing}", "pattern": "error_blocking",
+                            "guard": {"tool": c.where, "parameter": missing, "when": "missing"},
+                            "action": {"message": f"{{tool}} needs {{parameter}} ({description[:120]}): "
+                                                  "call it again with that argument",
+                                       "failure_type": "SCHEMA_RESOLUTION"},
+                            "reason": f"{c.where} fails without {missing!r} although its schema does not "
+                                      f"require it (cluster {c.id})."})
+    unique = {row["id"]: row for row in out}
+    return list(unique.values())
+
+
+def _closest(wrong: str, params: list[str]) -> str | None:
+    squash = {re.sub(r"[^a-z0-9]", "", p.lower()): p for p in params}
+    key = re.sub(r"[^a-z0-9]", "", wrong.lower())
+    if key in squash:
+        return squash[key]
+    # an abbreviation or an extension of one parameter's name (loc → location, city_name → city)
+    related = [p for k, p in squash.items() if key and k and (k.startswith(key) or key.startswith(k))]
+    if len(related) == 1:
+        return related[0]
+    match = difflib.get_close_matches(wrong, params, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def prompt_hint(c: Cluster) -> tuple[str, str] | None:
+    return PROMPT_HINTS.get((c.kind, c.where)) or PROMPT_HINTS.get((c.kind, "*"))
+
+
+class DeterministicProposer:
+    """Edits from rules, no model (module docstring)."""
+
+    name = "deterministic"
+
+    def propose(self, parent: Harness, slot: str, cluster: Cluster, catalog: list[Any], name: str,
+                rng: random.Random) -> Proposal:
+        intercepts = schema_intercepts(cluster, catalog) if slot in ("middleware", "joint") else []
+        hint = prompt_hint(cluster) if slot in ("prompt", "joint") else None
+        if not intercepts and hint is None:
+            return Proposal(None, f"no {slot} rule for cluster {cluster.id}")
+        try:
+            harness = with_edits(parent, name, intercepts, [hint] if hint else None, catalog)
+        except (MiddlewareError, HarnessError) as err:
+            return Proposal(None, error=str(err))
+        return Proposal(harness, f"{slot} for {cluster.id}: " + ", ".join(
+            [r["id"] for r in intercepts] + ([f"{hint[0]} hint"] if hint else [])),
+            intercepts_added=[r["id"] for r in intercepts])
+
+
+PROPOSER_SYSTEM = """You improve the harness around a fixed tool-using model (PRISM): you never retrain it. A harness is (1) text appended to a role's system prompt (roles: planner, router, primitive, verifier) and (2) tool-boundary intercepts in exactly three patterns: silent_correction (action.correct: rename with from: [wrong names], coerce_type, json_unwrap, enum_casefold), error_blocking (action.message: an actionable message returned before the call), prerequisite_blocking (guard.when must use prior_call(tool=NAME[, field=PATH]); action.message). Each intercept: {"id", "pattern", "guard": {"tool", "parameter", "when"}, "action", "reason"}; "when" uses missing, present, is_string_json, type_mismatch, not_in_enum, schema_type(...), matches('REGEX'), prior_call(...), combined with and/or/not. Answer with one JSON object only: {"rationale": "...", "prompts": {"ROLE": "text to append"}, "intercepts": [...]}. Edit only what the slot allows: slot "prompt": prompts only; "middleware": intercepts only; "joint": both."""
+
+
+class OpenAIProposer:
+    """Asks an OpenAI-compatible chat model for the edit (``openai:<url>#<model>``)."""
+
+    def __init__(self, url: str, model: str, max_new_tokens: int = 768, backend: Any = None):
+        from heart.runtime.openai_compat import OpenAIBackend
+
+        self.backend = backend or OpenAIBackend(url, model)
+        self.name = f"openai:{url}#{model}"
+        self.max_new_tokens = max_new_tokens
+
+    def propose(self, parent: Harness, slot: str, cluster: Cluster, catalog: list[Any], name: str,
+                rng: random.Random) -> Proposal:
+        from heart.roles.common import extract_json_object
+        from heart.runtime.base import SamplingConfig
+
+        tools = catalog_index(catalog)
+        named = {t: tools[t] for t in {cluster.where, *(c.split(":")[0] for calls in cluster.calls for c in calls)}
+                 if t in tools}
+        payload = {"slot": slot, "cluster": cluster.to_dict(),
+                   "current_prompt_edits": {r: t for r, _, t in parent.prompts},
+                   "current_intercepts": intercepts_of(parent), "tools": named}
+        messages = [{"role": "system", "content": PROPOSER_SYSTEM},
+                    {"role": "user", "content": json.dumps(payload, ensure_ascii=False, default=str)[:12000]}]
+        try:
+            generation = self.backend.generate("proposer", messages, SamplingConfig(max_new_tokens=self.max_new_tokens))
+        except Exception as err:  # the proposer's server failing is the proposer's failure, not the run's
+            return Proposal(None, error=f"proposer call failed: {type(err).__name__}: {err}"[:500])
+        tokens = generation.prompt_tokens + generation.completion_tokens
+        raw = generation.text
+        try:
+            answer = extract_json_object(raw)
+            if not isinstance(answer, dict):
+                raise ValueError("not a JSON object")
+            prompts = answer.get("prompts") or {}
+            intercepts = answer.get("intercepts") or []
+            if not isinstance(prompts, dict) or not isinstance(intercepts, list):
+                raise ValueError("prompts must be an object and intercepts a list")
+            if slot == "middleware":
+                prompts = {}
+            if slot == "prompt":
+                intercepts = []
+            _parse_prompts({r: {"append": t} for r, t in prompts.items()}, "proposal")
+            if not prompts and not intercepts:
+                raise ValueError(f"the {slot} slot's proposal edits nothing")
+            harness = with_edits(parent, name, intercepts, list(prompts.items()), catalog)
+        except (ValueError, TypeError, KeyError, MiddlewareError, HarnessError) as err:
+            return Proposal(None, error=f"unusable proposal: {err}"[:500], tokens=tokens, raw=raw[:2000])
+        return Proposal(harness, str(answer.get("rationale", ""))[:500], tokens=tokens, raw=raw[:2000],
+                        intercepts_added=[str(r.get("id")) for r in intercepts if isinstance(r, dict)])
+
+
+def make_proposer(spec: str):
+    """``deterministic`` or ``openai:<url>#<model>``."""
+    if spec == "deterministic":
+        return DeterministicProposer()
+    if spec.startswith("openai:"):
+        url, sep, model = spec[len("openai:"):].partition("#")
+        if not sep or not url or not model:
+            raise ValueError(f"proposer {spec!r}: expected openai:<url>#<model>")
+        return OpenAIProposer(url, model)
+    raise ValueError(f"proposer must be 'deterministic' or 'openai:<url>#<model>', got {spec!r}")

@@ -1,0 +1,343 @@
+"""The protocol: split seeds × repeats of the optimizer, the scorecard once per run, four arms.
+
+Task sets. Per pre-declared condition (``bfcl:simple``, ``bfcl:multi_turn_base``,
+``agentdojo:banking``), a pool of each split — repair from train, gate from dev, scorecard
+from test (:mod:`heart.environments.splits`, disjoint by task id) — is its first N tasks in a
+fixed hash order; a split seed draws each run's repair, gate and scorecard tasks from them.
+Runs of one split seed differ by their repeat, which seeds the search's choices.
+
+Stages, each resumable (a finished piece is a file and is skipped):
+
+1. ``search`` — per arm that gets a harness and per run: :func:`search.search` on repair and
+   gate tasks only, writing ``runs/<arm>/<run>/log.json`` and the selected harness folder.
+2. ``scorecard`` — per run, each arm's scorecard, evaluated once, after every search of the
+   run is done: base and distilled with the shipped harness (cached per split seed), and
+   each with its run's selected harness.
+3. ``report`` — four arms (base; base + optimized harness; distilled; distilled + optimized
+   harness), each arm's lift over base with a bootstrap interval over runs, WorstLift over
+   the conditions, RR0, RelLift95(B) for the optimized arms, and the interaction
+   (both − distil − optimize).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import yaml
+
+from heart.harness import Harness, save_harness
+from heart_distill.eval.optimize.rollouts import AnswerRecord, Evaluation, ReplayBackend, TaskRef, evaluate
+from heart_distill.eval.optimize.search import SearchConfig, search, write_log
+
+SPLITS = {"repair": "train", "gate": "dev", "scorecard": "test"}
+ARMS = ("base", "distilled")
+
+
+@dataclass
+class ProtocolConfig:
+    """A ``heart optimize`` recipe (recipes/*/optimize.yaml)."""
+
+    out: str
+    """Where logs, harnesses, recorded answers and the report go."""
+    conditions: list[str]
+    """Pre-declared conditions: bfcl:<category> or agentdojo:<suite> (WorstLift is over these)."""
+    model: str = "smollm2-135m"
+    """The fixed base model."""
+    engine: str = "llamacpp:f16"
+    """In-process engine (heart.runtime.engines) when the arm is not an openai: endpoint."""
+    arms: dict[str, str] = field(default_factory=lambda: {"base": "base"})
+    """Arm → roles spec: base, an adapters folder, or teacher:openai:<url>#<model>."""
+    optimize: list[str] = field(default_factory=lambda: ["base"])
+    """Arms whose harness is optimized (each gets its own search per run)."""
+    proposer: str = "deterministic"
+    """deterministic, or openai:<url>#<model> (any OpenAI-compatible chat model)."""
+    pools: dict[str, int] = field(default_factory=lambda: {"repair": 6, "gate": 6, "scorecard": 8})
+    """Per condition: how many tasks of each split the runs draw from."""
+    sizes: dict[str, int] = field(default_factory=lambda: {"repair": 4, "gate": 4, "scorecard": 6})
+    """Per condition and run: how many tasks each set gets."""
+    split_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    repeats: int = 2
+    search: dict[str, int] = field(default_factory=lambda: {"generations": 10, "mutations": 3, "population": 5,
+                                                            "budget": 200})
+    """generations × mutations, population cap, and B: inner rollouts per run."""
+    budget_runs: list[int] = field(default_factory=lambda: [1, 2])
+    """RelLift95(B) is reported at B = k × one run's budget for each k here."""
+    concurrency: int = 2
+    """Episodes in flight at once (the in-process engine batches their role calls)."""
+    loop: dict[str, Any] = field(default_factory=lambda: {"budget": 3, "max_plan_steps": 6})
+    """heart eval e2e's loop settings: re-plan budget, longest plan (single-turn BFCL: no re-plan)."""
+    resamples: int = 5000
+    slots: list[str] = field(default_factory=lambda: ["middleware", "prompt", "joint"])
+    """The search's mutation slots (["middleware"]: the middleware surface alone)."""
+    answers: str | None = None
+    """Where recorded role answers are kept (default <out>/answers); variants of one recipe
+    (another out, other slots) share them to replay what the first computed."""
+
+    def __post_init__(self) -> None:
+        for c in self.conditions:
+            env, _, part = c.partition(":")
+            if env not in ("bfcl", "agentdojo") or not part:
+                raise ValueError(f"conditions: {c!r}: expected bfcl:<category> or agentdojo:<suite>")
+        if not self.conditions:
+            raise ValueError("conditions: name at least one")
+        for a in self.optimize:
+            if a not in self.arms:
+                raise ValueError(f"optimize: {a!r} is not an arm (arms: {sorted(self.arms)})")
+        for key in ("pools", "sizes"):
+            value = getattr(self, key)
+            if set(value) != set(SPLITS) or not all(isinstance(v, int) and v >= 1 for v in value.values()):
+                raise ValueError(f"{key}: expected positive integers for {', '.join(SPLITS)}, got {value}")
+        for s in SPLITS:
+            if self.sizes[s] > self.pools[s]:
+                raise ValueError(f"sizes.{s}={self.sizes[s]} is larger than pools.{s}={self.pools[s]}")
+        if not self.slots or set(self.slots) - {"middleware", "prompt", "joint"}:
+            raise ValueError(f"slots: a non-empty subset of middleware, prompt, joint, got {self.slots}")
+        if set(self.search) - {"generations", "mutations", "population", "budget"}:
+            raise ValueError(f"search: unknown key(s) {sorted(set(self.search) - {'generations', 'mutations', 'population', 'budget'})}")
+        if self.repeats < 1 or not self.split_seeds:
+            raise ValueError("split_seeds and repeats: at least one run")
+        if any(k < 1 for k in self.budget_runs):
+            raise ValueError("budget_runs: each k ≥ 1")
+
+    @property
+    def search_config(self) -> SearchConfig:
+        return SearchConfig(**self.search, slots=tuple(self.slots))
+
+    def run_ids(self) -> list[str]:
+        return [run_id(s, r) for s in self.split_seeds for r in range(self.repeats)]
+
+
+def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> ProtocolConfig:
+    """A recipe's YAML as a ProtocolConfig; an unknown or bad field is refused by name."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of recipe fields")
+    data.update(overrides or {})
+    known = {f.name for f in dataclasses.fields(ProtocolConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{path}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+    try:
+        return ProtocolConfig(**data)
+    except TypeError as err:
+        raise ValueError(f"{path}: {err}") from None
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def run_id(split_seed: int, repeat: int) -> str:
+    return f"s{split_seed}r{repeat}"
+
+
+def _order(task_id: str) -> str:
+    return hashlib.sha256(task_id.encode()).hexdigest()
+
+
+def condition_tasks(condition: str, split: str, environment: Any) -> list[str]:
+    env, _, part = condition.partition(":")
+    ids = environment.task_ids(split)
+    if env == "agentdojo":
+        ids = [t for t in ids if t.split("/")[0] == part]
+    return sorted(ids, key=_order)
+
+
+def task_sets(config: ProtocolConfig, split_seed: int, task_ids: Callable[[str, str], list[str]]) -> dict[str, list[TaskRef]]:
+    """The repair, gate and scorecard tasks of one split seed (``task_ids(condition, split)``:
+    the condition's task ids of a split in pool order)."""
+    out: dict[str, list[TaskRef]] = {}
+    for which, split in SPLITS.items():
+        refs = []
+        for condition in config.conditions:
+            pool = task_ids(condition, split)[:config.pools[which]]
+            if len(pool) < config.sizes[which]:
+                raise ValueError(f"{condition}: the {split} split has {len(pool)} task(s) for the {which} pool, "
+                                 f"fewer than sizes.{which}={config.sizes[which]}")
+            rng = random.Random(f"split:{split_seed}:{condition}:{which}")
+            refs += [TaskRef(condition, t) for t in sorted(rng.sample(pool, config.sizes[which]), key=pool.index)]
+        out[which] = refs
+    return out
+
+
+# -- the run's world: environments, backends, one episode ------------------------------------
+
+class World:
+    """What rollouts need: each condition's environment and each arm's model (loaded once)."""
+
+    def __init__(self, config: ProtocolConfig):
+        self.config = config
+        self._envs: dict[str, Any] = {}
+        self._backends: dict[str, Any] = {}
+        self._models: dict[str, Any] = {}
+
+    def environment(self, condition: str):
+        if condition not in self._envs:
+            from heart_distill.eval.e2e import load_environment
+
+            env, _, part = condition.partition(":")
+            self._envs[condition] = load_environment(env, part if env == "bfcl" else None)
+        return self._envs[condition]
+
+    def task_ids(self, condition: str, split: str) -> list[str]:
+        return condition_tasks(condition, split, self.environment(condition))
+
+    def catalogs(self) -> dict[str, list[Any]]:
+        return {c: self.environment(c).catalog() for c in self.config.conditions}
+
+    def models(self, arm: str):
+        if arm not in self._models:
+            from heart_distill.eval.models import resolve_role_models
+
+            self._models[arm] = resolve_role_models(self.config.arms[arm], self.config.model)
+        return self._models[arm]
+
+    def backend(self, arm: str):
+        if arm not in self._backends:
+            from heart.runtime.scheduler import BatchingBackend
+            from heart_distill.eval.models import shared_backend
+
+            inner = shared_backend(self.models(arm), engine=self.config.engine)
+            if inner is None:
+                raise ValueError(f"arms.{arm}: {self.config.arms[arm]!r} has no shared backend (the gold "
+                                 "teacher is not a fixed model to optimize around)")
+            self._backends[arm] = BatchingBackend(inner, max_batch_size=max(1, self.config.concurrency))
+        return self._backends[arm]
+
+    def run_episode(self, arm: str) -> Callable:
+        from heart_distill.eval.e2e import E2EConfig, run_one
+
+        models = self.models(arm)
+
+        def one(task: TaskRef, harness_dir: str | None, backend: Any):
+            env, _, part = task.condition.partition(":")
+            e2e = E2EConfig(env=env, out="", category=part if env == "bfcl" else None, split=SPLITS_OF_ANY,
+                            roles_spec=self.config.arms[arm], model=self.config.model, engine=self.config.engine,
+                            budget=self.config.loop.get("budget", 3),
+                            max_plan_steps=self.config.loop.get("max_plan_steps", 6), harness=harness_dir)
+            return run_one(self.environment(task.condition), task.task_id, 0, backend, models, e2e)
+
+        return one
+
+
+SPLITS_OF_ANY = "test"
+"""run_one reads no split (the protocol picked the tasks); E2EConfig needs one."""
+
+
+# -- stages ------------------------------------------------------------------------------
+
+def shipped_folder(out: Path) -> str:
+    folder = out / "harnesses" / "shipped"
+    if not (folder / "harness.yaml").is_file():
+        save_harness(Harness("shipped"), folder)
+    return str(folder)
+
+
+def record_path(config: ProtocolConfig, arm: str) -> Path:
+    return Path(config.answers or Path(config.out) / "answers") / f"{arm}.jsonl"
+
+
+def search_run(config: ProtocolConfig, arm: str, rid: str, world: Any, proposer: Any,
+               log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Stage 1 for one (arm, run): skipped when its log exists."""
+    out = Path(config.out)
+    folder = out / "runs" / arm / rid
+    path = folder / "log.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    split_seed, repeat = (int(x) for x in rid[1:].split("r"))
+    sets = task_sets(config, split_seed, world.task_ids)
+    backend = ReplayBackend(world.backend(arm), f"{arm}:{config.arms[arm]}:{config.engine}",
+                            AnswerRecord(record_path(config, arm)))
+    run_episode = world.run_episode(arm)
+    started = time.perf_counter()
+
+    def evaluate_folder(tasks: list[TaskRef], harness_dir: str) -> Evaluation:
+        return evaluate(tasks, harness_dir, backend, run_episode, config.concurrency)
+
+    result = search(Harness("shipped"), sets["repair"], sets["gate"], evaluate_folder, proposer,
+                    world.catalogs(), config.search_config, random.Random(f"run:{arm}:{rid}"),
+                    folder / "candidates",
+                    log=lambda e: log(f"[{arm} {rid}] {json.dumps(e, default=str)[:300]}"))
+    header = {"kind": "optimize-run", "arm": arm, "run": rid, "split_seed": split_seed, "repeat": repeat,
+              "proposer": getattr(proposer, "name", "?"), "search": config.search,
+              "repair": [t.key for t in sets["repair"]], "gate": [t.key for t in sets["gate"]],
+              "scorecard_tasks_not_seen": len(sets["scorecard"]),
+              "computed_role_calls": backend.computed, "wall_s": round(time.perf_counter() - started, 1),
+              "seed_diagnosis": diagnosis([*result.seed.repair.episodes.values(), *result.seed.gate.episodes.values()])}
+    write_log(result, path, header)
+    return json.loads(path.read_text())
+
+
+def diagnosis(episodes: list[Any]) -> dict[str, Any]:
+    """Where the seed harness's episodes fail: how many reached the tool boundary (a Primitive
+    produced a call that met the middleware), and the failures by kind — what decides whether
+    a middleware edit can matter at all."""
+    from collections import Counter
+
+    from heart_distill.eval.optimize.clusters import failures_of
+
+    def at_boundary(e: dict[str, Any]) -> bool:  # a parsed Primitive call that met the middleware
+        return (e.get("role") == "primitive" and not e.get("parse_error") and bool((e.get("extra") or {}).get("envelope"))
+                and (e.get("parsed") or {}).get("status") != "UNRESOLVABLE")
+
+    reached = sum(any(at_boundary(e) for e in ep.events) for ep in episodes)
+    kinds = Counter(f"{f.kind}/{f.where}" for ep in episodes for f in failures_of(ep))
+    return {"episodes": len(episodes), "passed": sum(ep.score >= 1.0 for ep in episodes),
+            "reached_tool_boundary": reached, "failures": dict(kinds.most_common())}
+
+
+def scorecard_run(config: ProtocolConfig, rid: str, world: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Stage 2 for one run: every arm's scorecard, after every search of the run is logged."""
+    out = Path(config.out)
+    path = out / "scorecard" / f"{rid}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    missing = [a for a in config.optimize if not (out / "runs" / a / rid / "log.json").is_file()]
+    if missing:
+        raise ValueError(f"run {rid}: the search of arm(s) {missing} is not done; the scorecard waits for selection")
+    split_seed = int(rid[1:].split("r")[0])
+    tasks = task_sets(config, split_seed, world.task_ids)["scorecard"]
+    doc: dict[str, Any] = {"run": rid, "split_seed": split_seed, "tasks": [t.key for t in tasks], "arms": {}}
+    started = time.perf_counter()
+    for arm in config.arms:
+        backend = ReplayBackend(world.backend(arm), f"{arm}:{config.arms[arm]}:{config.engine}",
+                                AnswerRecord(record_path(config, arm)))
+        run_episode = world.run_episode(arm)
+        baseline_path = out / "scorecard" / f"baseline-{arm}-s{split_seed}.json"
+        if baseline_path.is_file():  # the shipped harness on this split seed's scorecard: shared by its runs
+            baseline = json.loads(baseline_path.read_text())
+        else:
+            ev = evaluate(tasks, shipped_folder(out), backend, run_episode, config.concurrency)
+            baseline = {"scores": ev.scores(), "errored": [k for k, e in ev.episodes.items() if e.errored],
+                        "rollouts": ev.rollouts, "tokens": ev.tokens}
+            _write(baseline_path, baseline)
+        doc["arms"][arm] = baseline
+        if arm in config.optimize:
+            run_log = json.loads((out / "runs" / arm / rid / "log.json").read_text())
+            ev = evaluate(tasks, run_log["selected_folder"], backend, run_episode, config.concurrency)
+            doc["arms"][f"{arm}+harness"] = {"scores": ev.scores(), "errored": [k for k, e in ev.episodes.items()
+                                                                               if e.errored],
+                                             "rollouts": ev.rollouts, "tokens": ev.tokens,
+                                             "harness": run_log["selected"], "gate_lift": run_log["gate_lift"]}
+        log(f"[scorecard {rid}] {arm}: " + ", ".join(f"{k} {100 * np.mean(list(v['scores'].values())):.1f}%"
+                                                    for k, v in doc["arms"].items() if k.startswith(arm)))
+    doc["wall_s"] = round(time.perf_counter() - started, 1)
+    _write(path, doc)
+    return doc
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    from heart.atomic import publish_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    publish_text(path, json.dumps(doc, indent=1, default=str) + "\n")

@@ -1,0 +1,130 @@
+"""The protocol's figures: four arms on one scorecard per run, their lifts and reliability.
+
+Per run i (its split seed's scorecard tasks, evaluated once after selection), in points:
+
+- arm lift over base: base + harness, distilled, distilled + harness, each minus base,
+  paired on the run's tasks;
+- the optimizer's own lift: (arm + harness) − arm, for each arm that got a search;
+- the interaction: (distilled + harness − base) − (distilled − base) − (base + harness − base):
+  positive when harness optimization adds more on the distilled model than on the base.
+
+Over runs: MeanLift with a 95% bootstrap interval over runs, WorstLift (the lowest mean
+lift of a pre-declared condition), RR0 (share of runs with lift > 0), and for the
+optimizer's lifts RelLift95(B) (:func:`heart_distill.eval.stats.rel_lift95`, selection by
+the run's gate lift G_i) at each budget of ``budget_runs``. None is computed from fewer than
+:data:`MIN_RUNS` runs; below :data:`DECISIVE_RUNS` the report says the interval decides nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from heart_distill.eval.stats import bootstrap, rel_lift95, rr0, worst_lift
+
+MIN_RUNS = 2
+DECISIVE_RUNS = 8
+
+
+def _lift(a: dict[str, float], b: dict[str, float], keys: list[str]) -> float:
+    return 100.0 * float(np.mean([a[k] - b[k] for k in keys]))
+
+
+def series(scorecards: list[dict[str, Any]], optimized: list[str]) -> dict[str, dict[str, Any]]:
+    """Per named lift: per-run values, per-condition per-run values, gate statistics."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, run: dict[str, Any], upper: str, lower: str, gate: float | None) -> None:
+        arms = run["arms"]
+        if upper not in arms or lower not in arms:
+            return
+        s = out.setdefault(name, {"runs": [], "values": [], "gates": [], "by_condition": {}})
+        keys = run["tasks"]
+        s["runs"].append(run["run"])
+        s["values"].append(_lift(arms[upper]["scores"], arms[lower]["scores"], keys))
+        s["gates"].append(gate)
+        for condition in sorted({k.split("|")[0] for k in keys}):
+            ck = [k for k in keys if k.split("|")[0] == condition]
+            s["by_condition"].setdefault(condition, []).append(_lift(arms[upper]["scores"], arms[lower]["scores"], ck))
+
+    for run in scorecards:
+        for arm in ("base+harness", "distilled", "distilled+harness"):
+            add(f"{arm} − base", run, arm, "base", None)
+        for arm in optimized:
+            gate = run["arms"].get(f"{arm}+harness", {}).get("gate_lift")
+            add(f"optimize on {arm}", run, f"{arm}+harness", arm, gate)
+        arms = run["arms"]
+        if all(a in arms for a in ("base", "base+harness", "distilled", "distilled+harness")):
+            keys = run["tasks"]
+            both = _lift(arms["distilled+harness"]["scores"], arms["base"]["scores"], keys)
+            distil = _lift(arms["distilled"]["scores"], arms["base"]["scores"], keys)
+            opt = _lift(arms["base+harness"]["scores"], arms["base"]["scores"], keys)
+            s = out.setdefault("interaction", {"runs": [], "values": [], "gates": [], "by_condition": {}})
+            s["runs"].append(run["run"])
+            s["values"].append(both - distil - opt)
+            s["gates"].append(None)
+    return out
+
+
+def figures(scorecards: list[dict[str, Any]], optimized: list[str], budget_runs: list[int],
+            resamples: int = 5000, seed: int = 0) -> dict[str, Any]:
+    """Every lift's statistics over the runs (module docstring)."""
+    result: dict[str, Any] = {}
+    for name, s in series(scorecards, optimized).items():
+        values = np.array(s["values"], dtype=float)
+        row: dict[str, Any] = {"runs": s["runs"], "per_run": [round(v, 3) for v in s["values"]], "n": len(values)}
+        if len(values) >= MIN_RUNS:
+            row["mean_lift"] = bootstrap(values, n_resamples=resamples, seed=seed).to_dict()
+            if s["by_condition"]:
+                worst, where = worst_lift(s["by_condition"])
+                row["worst_lift"] = {"value": worst, "condition": where,
+                                     "by_condition": {c: float(np.mean(v)) for c, v in s["by_condition"].items()}}
+            row["rr0"] = rr0(values)
+            if all(g is not None for g in s["gates"]):
+                row["gate_lift_per_run"] = s["gates"]
+                row["rel_lift95"] = {f"B={k}x": rel_lift95(s["gates"], values, runs_per_draw=k, run_ids=s["runs"],
+                                                           n_resamples=resamples, seed=seed) for k in budget_runs}
+            row["decides"] = len(values) >= DECISIVE_RUNS
+        result[name] = row
+    return result
+
+
+def arm_scores(scorecards: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each arm's mean scorecard success over runs (points), with its interval over runs."""
+    per_arm: dict[str, list[float]] = {}
+    for run in scorecards:
+        for arm, v in run["arms"].items():
+            per_arm.setdefault(arm, []).append(100.0 * float(np.mean([v["scores"][k] for k in run["tasks"]])))
+    return {arm: bootstrap(np.array(v)).to_dict() for arm, v in per_arm.items()}
+
+
+def markdown(doc: dict[str, Any]) -> list[str]:
+    """The report's tables."""
+    lines = ["| arm | scorecard success (points, mean over runs, 95% interval) |", "|---|---|"]
+    for arm, e in doc["arms"].items():
+        lines.append(f"| {arm} | {_fmt(e)} |")
+    lines += ["", "| lift | MeanLift [95% interval over runs] | WorstLift (condition) | RR0 | RelLift95(B) | runs |",
+              "|---|---|---|---|---|---|"]
+    for name, row in doc["figures"].items():
+        if "mean_lift" not in row:
+            lines.append(f"| {name} | – (fewer than {MIN_RUNS} runs) | – | – | – | {row['n']} |")
+            continue
+        worst = row.get("worst_lift")
+        rel = ", ".join(f"{k}: {v:+.1f}" for k, v in row.get("rel_lift95", {}).items()) or "–"
+        worst_text = f"{worst['value']:+.1f} ({worst['condition']})" if worst else "–"
+        lines.append(f"| {name} | {_fmt(row['mean_lift'], signed=True)} | {worst_text} | "
+                     f"{100 * row['rr0']:.0f}% | {rel} | {row['n']} |")
+    if any(not row.get("decides", True) for row in doc["figures"].values()):
+        lines += ["", f"Fewer than {DECISIVE_RUNS} runs: a 5th percentile is one of the smallest draws, and the "
+                      "interval decides nothing."]
+    return lines
+
+
+def _fmt(e: dict[str, Any], signed: bool = False) -> str:
+    if e.get("value") is None:
+        return "–"
+    f = "{:+.1f}" if signed else "{:.1f}"
+    if e.get("low") is None:
+        return f.format(e["value"]) + f" (n={e['n']})"
+    return f"{f.format(e['value'])} [{f.format(e['low'])}, {f.format(e['high'])}] (n={e['n']})"

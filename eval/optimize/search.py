@@ -1,0 +1,240 @@
+"""One optimizer run: the evolutionary search over harnesses, on repair and gate data only.
+
+    seed harness → evaluate on repair and gate
+    for each generation:
+        parent ← a frontier member (seeded choice)
+        clusters ← failure clusters of the parent's repair episodes, routed to slots
+        for each mutation m (slots middleware, prompt, joint in turn):
+            candidate ← proposer(parent, slot, a cluster of that slot)
+            repair: roll it out on the repair tasks; no repair gain over the parent → rejected
+            gate:   roll it out on the gate tasks → gate pass rate and reliability
+            the population keeps the Pareto frontier (capped)
+    selection: the frontier member with the highest gate pass rate (then reliability, then the
+    earlier candidate id)
+
+Reliability is the share of gate tasks the candidate does not score lower on than the seed
+harness does (1.0 for the seed): a harness that wins some tasks by losing others is less
+reliable. Dominance uses gate pass rate and reliability only — the repair score is left out,
+it is what the proposer looked at. The budget B counts inner rollouts
+(:mod:`heart_distill.eval.optimize.rollouts`); an evaluation that could overrun it is not
+started, and a proposal that is unusable costs one rollout. The scorecard is never seen here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from heart.harness import Harness, save_harness
+from heart_distill.eval.optimize.clusters import SLOTS, Cluster, cluster
+from heart_distill.eval.optimize.rollouts import Evaluation, TaskRef
+
+
+@dataclass
+class Candidate:
+    id: str
+    harness: Harness
+    parent: str | None
+    slot: str | None
+    cluster: str | None
+    rationale: str
+    folder: str
+    repair: Evaluation | None = None
+    gate: Evaluation | None = None
+    reliability: float | None = None
+    status: str = "proposed"
+    """proposed | rejected (repair) | gated | out of budget"""
+
+    @property
+    def gate_pass(self) -> float:
+        return self.gate.pass_rate if self.gate is not None else float("-inf")
+
+    def dominates(self, other: "Candidate") -> bool:
+        a, b = (self.gate_pass, self.reliability), (other.gate_pass, other.reliability)
+        return a[0] >= b[0] and a[1] >= b[1] and a != b
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "parent": self.parent, "slot": self.slot, "cluster": self.cluster,
+                "rationale": self.rationale, "describe": self.harness.describe(), "fingerprint": self.harness.fingerprint(),
+                "folder": self.folder, "status": self.status,
+                "repair_pass": self.repair.pass_rate if self.repair else None,
+                "repair_scores": self.repair.scores() if self.repair else None,
+                "gate_pass": self.gate.pass_rate if self.gate else None,
+                "gate_by_condition": self.gate.by_condition() if self.gate else None,
+                "gate_scores": self.gate.scores() if self.gate else None,
+                "reliability": self.reliability}
+
+
+@dataclass
+class SearchConfig:
+    generations: int = 10
+    mutations: int = 3
+    population: int = 5
+    budget: int = 200
+    """B: inner rollouts this run may spend before the scorecard."""
+    slots: tuple[str, ...] = SLOTS
+    """The mutation slots the run fills, in turn (("middleware",): the middleware surface alone)."""
+
+
+@dataclass
+class SearchResult:
+    selected: Candidate
+    seed: Candidate
+    candidates: list[Candidate]
+    frontier: list[str]
+    why: str
+    spent: dict[str, int] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def gate_lift(self) -> float:
+        """G_i: the selected harness's gate pass rate minus the seed's, in points."""
+        return 100.0 * (self.selected.gate_pass - self.seed.gate_pass)
+
+
+Evaluate = Callable[[list[TaskRef], str], Evaluation]
+"""(tasks, harness folder) → Evaluation: rolls a saved harness out (the run's backend)."""
+
+
+def pareto(pool: list[Candidate]) -> list[Candidate]:
+    return [c for c in pool if not any(o.dominates(c) for o in pool if o is not c)]
+
+
+def select(frontier: list[Candidate]) -> Candidate:
+    return sorted(frontier, key=lambda c: (-c.gate_pass, -c.reliability, c.id))[0]
+
+
+def reliability(gate: Evaluation, seed_gate: Evaluation) -> float:
+    seed_scores = seed_gate.scores()
+    scores = gate.scores()
+    kept = sum(scores[k] >= seed_scores[k] for k in seed_scores)
+    return kept / max(len(seed_scores), 1)
+
+
+def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], evaluate: Evaluate,
+           proposer: Any, catalogs: dict[str, list[Any]], config: SearchConfig, rng: random.Random,
+           folder: Path, log: Callable[[dict[str, Any]], None] = lambda e: None) -> SearchResult:
+    """Run the search (module docstring); candidate harnesses are saved under ``folder``."""
+    spent = {"rollouts": 0, "tokens": 0, "proposer_tokens": 0, "bad_proposals": 0, "replayed_episodes": 0}
+    events: list[dict[str, Any]] = []
+
+    def note(event: dict[str, Any]) -> None:
+        events.append(event)
+        log(event)
+
+    def charge(evaluation: Evaluation) -> None:
+        spent["rollouts"] += evaluation.rollouts
+        spent["tokens"] += evaluation.tokens
+        spent["replayed_episodes"] += len(evaluation.episodes) - evaluation.rollouts
+
+    def affordable(n: int) -> bool:
+        return spent["rollouts"] + n <= config.budget
+
+    def saved(harness: Harness, cid: str) -> str:
+        return str(save_harness(harness, folder / cid))
+
+    seed = Candidate("c000", seed_harness, None, None, None, "the harness the run starts from", "")
+    seed.folder = saved(seed_harness, seed.id)
+    if not affordable(len(repair) + len(gate)):
+        raise ValueError(f"budget B={config.budget} rollouts cannot pay for the seed harness's "
+                         f"{len(repair)} repair + {len(gate)} gate rollouts")
+    seed.repair = evaluate(repair, seed.folder)
+    charge(seed.repair)
+    seed.gate = evaluate(gate, seed.folder)
+    charge(seed.gate)
+    seed.reliability = 1.0
+    seed.status = "gated"
+    note({"event": "seed", "repair_pass": seed.repair.pass_rate, "gate_pass": seed.gate.pass_rate,
+          "spent": dict(spent)})
+    candidates = [seed]
+    population = [seed]
+    fingerprints = {seed_harness.fingerprint(): seed.id}
+    n = 0
+    exhausted = False
+    catalog = [spec for specs in catalogs.values() for spec in specs]
+    for generation in range(config.generations):
+        if exhausted:
+            break
+        frontier = pareto(population)
+        parent = frontier[rng.randrange(len(frontier))] if len(frontier) > 1 else frontier[0]
+        clusters = cluster(parent.repair.episodes.values())
+        by_slot: dict[str, list[Cluster]] = {s: [c for c in clusters if c.slot == s] for s in SLOTS}
+        note({"event": "generation", "generation": generation, "parent": parent.id,
+              "clusters": [c.to_dict() for c in clusters[:8]]})
+        if not clusters:
+            note({"event": "stop", "why": f"parent {parent.id} fails no repair task"})
+            break
+        for m in range(config.mutations):
+            slot = config.slots[m % len(config.slots)]
+            pool = by_slot[slot] or clusters  # an empty slot works on the largest clusters
+            target = pool[rng.randrange(min(3, len(pool)))]
+            n += 1
+            cid = f"c{n:03d}"
+            proposal = proposer.propose(parent.harness, slot, target, catalog, cid, rng)
+            spent["proposer_tokens"] += proposal.tokens
+            if proposal.error is not None:
+                spent["bad_proposals"] += 1
+                spent["rollouts"] += 1  # a proposal that cannot be used costs its rollout
+                note({"event": "bad_proposal", "id": cid, "slot": slot, "cluster": target.id,
+                      "error": proposal.error, "raw": proposal.raw[:500]})
+                if spent["rollouts"] >= config.budget:
+                    exhausted = True
+                    break
+                continue
+            if proposal.harness is None:
+                note({"event": "no_proposal", "id": cid, "slot": slot, "cluster": target.id,
+                      "why": proposal.rationale})
+                continue
+            fingerprint = proposal.harness.fingerprint()
+            if fingerprint in fingerprints:
+                note({"event": "duplicate", "id": cid, "same_as": fingerprints[fingerprint]})
+                continue
+            fingerprints[fingerprint] = cid
+            c = Candidate(cid, proposal.harness, parent.id, slot, target.id, proposal.rationale, "")
+            c.folder = saved(proposal.harness, cid)
+            candidates.append(c)
+            if not affordable(len(repair)):
+                c.status = "out of budget"
+                exhausted = True
+                break
+            c.repair = evaluate(repair, c.folder)
+            charge(c.repair)
+            if c.repair.pass_rate <= parent.repair.pass_rate:
+                c.status = "rejected (repair)"
+                note({"event": "rejected", "id": cid, "repair_pass": c.repair.pass_rate,
+                      "parent_repair_pass": parent.repair.pass_rate, "spent": dict(spent)})
+                continue
+            if not affordable(len(gate)):
+                c.status = "out of budget"
+                exhausted = True
+                break
+            c.gate = evaluate(gate, c.folder)
+            charge(c.gate)
+            c.reliability = reliability(c.gate, seed.gate)
+            c.status = "gated"
+            population.append(c)
+            population = pareto(population)
+            if len(population) > config.population:
+                population = sorted(population, key=lambda x: (-x.gate_pass, -x.reliability, x.id))[:config.population]
+            note({"event": "gated", "id": cid, "gate_pass": c.gate_pass, "reliability": c.reliability,
+                  "spent": dict(spent)})
+    frontier = pareto(population)
+    chosen = select(frontier)
+    why = (f"{chosen.id}: highest gate pass rate on the Pareto frontier {[c.id for c in frontier]} "
+           f"(gate {100 * chosen.gate_pass:.1f}% vs seed {100 * seed.gate_pass:.1f}%, reliability "
+           f"{chosen.reliability:.2f}; ties by reliability, then candidate id)")
+    note({"event": "selected", "id": chosen.id, "why": why, "spent": dict(spent)})
+    return SearchResult(chosen, seed, candidates, [c.id for c in frontier], why, spent, events)
+
+
+def write_log(result: SearchResult, path: Path, header: dict[str, Any]) -> None:
+    from heart.atomic import publish_text
+
+    doc = {**header, "selected": result.selected.id, "selected_folder": result.selected.folder,
+           "why": result.why, "gate_lift": result.gate_lift, "seed_gate_pass": result.seed.gate_pass,
+           "frontier": result.frontier, "spent": result.spent,
+           "candidates": [c.to_dict() for c in result.candidates], "events": result.events}
+    publish_text(path, json.dumps(doc, indent=1, default=str) + "\n")
