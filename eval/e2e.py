@@ -22,7 +22,12 @@ counted and listed, never scored as failures; a run where every episode errored 
 
 Writes ``<out>/e2e.json`` (figures with bootstrap intervals over tasks and n, pass^k over
 seeds, provenance), ``<out>/episodes.jsonl`` (one row per episode: score, tokens, role
-calls, wall time) and ``<out>/trace.jsonl`` (every role call).
+calls, wall time) and ``<out>/trace.jsonl`` (every role call), the last two appended as each
+episode finishes, and ``<out>/e2e-run.json`` (what the episodes are measured with).
+``--resume`` continues a killed run in the same folders: its finished episodes are kept, the
+missing and the errored ones run, and ``e2e.json`` is computed from all rows as one
+uninterrupted run would compute it (:mod:`heart_distill.eval.e2e_folder`). Without
+``--resume`` a run replaces what its folders held.
 """
 
 from __future__ import annotations
@@ -42,8 +47,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from heart.atomic import publish_text
 from heart.argtypes import nonnegative_float, nonnegative_int, positive_int
 from heart.environments.bfcl_ast import AST_CATEGORIES
+from heart_distill.eval import e2e_folder
+from heart_distill.eval.e2e_folder import EPISODES, RESULTS, TRACE
 from heart_distill.eval.formats import ROLES
 from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
                          with_base_side)
@@ -55,9 +63,6 @@ from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
 from heart.runtime.scheduler import BatchingBackend
 
-RESULTS = "e2e.json"
-EPISODES = "episodes.jsonl"
-TRACE = "trace.jsonl"
 BACKEND_ERROR = "backend error:"
 """How heart.calls records a role call whose backend raised."""
 
@@ -240,6 +245,8 @@ class Side:
     backend_name: str = "gold (per task)"
     """As the worker that ran its episodes reports it (the gold teacher is built per task)."""
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    resumed: dict[str, int] | None = None
+    """With ``--resume``: episodes kept from the earlier run, errored ones run again, torn lines dropped."""
 
 
 def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> list[Any]:
@@ -249,10 +256,10 @@ def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> 
 
 
 def run(config: E2EConfig, backend: Backend | None = None, argv: list[str] | None = None,
-        teacher_for_task=gold_teacher) -> dict[str, Any]:
+        teacher_for_task=gold_teacher, resume: bool = False) -> dict[str, Any]:
     """Run every (task, seed) of ``config``; write and return the results. ``backend``
     replaces the one ``config.roles_spec`` names (tests pass scripted ones)."""
-    return run_sides([config], [backend], argv, teacher_for_task)[0]
+    return run_sides([config], [backend], argv, teacher_for_task, resume=resume)[0]
 
 
 @dataclass(frozen=True)
@@ -306,21 +313,24 @@ class E2EWorker:
 
 def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] | None = None,
               argv: list[str] | None = None, teacher_for_task=gold_teacher,
-              executor: ExecutorOptions = LOCAL) -> list[dict[str, Any]]:
+              executor: ExecutorOptions = LOCAL, resume: bool = False) -> list[dict[str, Any]]:
     """Run several ``--roles`` on the same tasks at once (e.g. base and distilled), each side
     written to its own ``out``; sides on one in-process model share it (:func:`shared_sides`).
     ``executor`` says where the episodes run (:mod:`heart_distill.executors`); ``backends``
-    (scripted ones, in tests) are objects of this process: the local executor only."""
+    (scripted ones, in tests) are objects of this process: the local executor only.
+    ``resume``: keep the episodes each ``out`` holds from an interrupted run of the same
+    configuration and run only the others (ValueError, touching nothing, when it differs)."""
     from heart.progress import progress_bar
 
     first = configs[0]
     check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
     environment = load_environment(first.env, first.category)
+    harness_fingerprint = None
     if first.harness:  # refused before any episode, naming the file and field
         from heart.harness import load_harness
 
-        load_harness(first.harness)
+        harness_fingerprint = load_harness(first.harness).fingerprint()
     task_ids = environment.task_ids(first.split)
     if first.tasks:
         outside = [t for t in first.tasks if t not in task_ids]
@@ -333,31 +343,49 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
         raise ValueError(f"no {first.env} task in split {first.split!r}")
     if backends and any(backends) and executor.kind != "local":
         raise ValueError("backends given in-process run on the local executor only")
-    spec = E2EWorkerSpec(tuple(configs), teacher_for_task)
-    local_worker = (E2EWorker(spec, environment, models, backends) if executor.kind == "local" else None)
+    identities = [e2e_folder.run_identity(config, side_models, task_ids, harness_fingerprint)
+                  for config, side_models in zip(configs, models)]
+    every_job = [(seed, task_id) for seed in first.seeds for task_id in task_ids]
+    # every side is read (and may be refused) before any folder is touched
+    resumptions = [e2e_folder.read_resumption(Path(config.out), identity, [(t, s) for s, t in every_job])
+                   if resume else None for config, identity in zip(configs, identities)]
     sides = [Side(config, side_models) for config, side_models in zip(configs, models)]
-    for config in configs:
-        Path(config.out).mkdir(parents=True, exist_ok=True)
-    jobs = [(index, task_id, seed) for seed in first.seeds for task_id in task_ids for index in range(len(sides))]
+    for side, resumption in zip(sides, resumptions):
+        if resumption is not None and not resumption.fresh:
+            side.rows, side.resumed = list(resumption.rows), resumption.summary()
+            if side.models.teacher != "gold" and resumption.backend:  # a side with nothing left to run
+                side.backend_name = resumption.backend
+    done = [set() if resumption is None else resumption.finished for resumption in resumptions]
+    jobs = [(index, task_id, seed) for seed, task_id in every_job for index in range(len(sides))
+            if (task_id, seed) not in done[index]]
+    spec = E2EWorkerSpec(tuple(configs), teacher_for_task)
+    local_worker = (E2EWorker(spec, environment, models, backends) if executor.kind == "local" and jobs else None)
+    for config, identity, resumption in zip(configs, identities, resumptions):
+        if resumption is not None:
+            resumption.compact()
+        e2e_folder.start(Path(config.out), identity)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        files = [(stack.enter_context(open(Path(side.config.out) / EPISODES, "w", encoding="utf-8")),
-                  stack.enter_context(open(Path(side.config.out) / TRACE, "w", encoding="utf-8")))
-                 for side in sides]
+        files = [e2e_folder.EpisodeFiles(Path(side.config.out), fresh=resumption is None or resumption.fresh)
+                 for side, resumption in zip(sides, resumptions)]
+        for side_files in files:
+            stack.callback(side_files.close)
         progress = stack.enter_context(progress_bar(total=len(jobs), desc=f"e2e {first.env}", unit="ep"))
 
         def report(result: dict[str, Any]) -> None:
-            side = sides[result["side"]]
+            side, row = sides[result["side"]], result["row"]
+            key = (row["task_id"], row["seed"])
+            if key in done[result["side"]]:  # one row per episode, whatever an executor reports twice
+                return
+            done[result["side"]].add(key)
             side.backend_name = result["backend"]
-            side.rows.append(result["row"])
-            episodes, trace = files[result["side"]]
-            episodes.write(json.dumps(result["row"], ensure_ascii=False, default=str) + "\n")
-            for event in result["events"]:
-                trace.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+            side.rows.append(row)
+            files[result["side"]].write(row, result["events"])
             progress.set_postfix({side_.models.label: _success(side_.rows) for side_ in sides})
             progress.update(1)
 
-        run_jobs(jobs, functools.partial(E2EWorker, spec), executor, report, local_worker)
+        if jobs:
+            run_jobs(jobs, functools.partial(E2EWorker, spec), executor, report, local_worker)
     wall_s = round(time.perf_counter() - started, 3)
     return [write_results(side, task_ids, wall_s, len(sides), argv, executor) for side in sides]
 
@@ -383,9 +411,10 @@ def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
         "errored": [{"task_id": r["task_id"], "seed": r["seed"], "error": r["error"]} for r in rows if r["errored"]],
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in models.adapters.items()},
-        "backend": side.backend_name, "executor": executor.describe(), "provenance": provenance(argv),
+        "backend": side.backend_name, "executor": executor.describe(), "resumed": side.resumed,
+        "provenance": provenance(argv),
     }
-    (Path(config.out) / RESULTS).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    publish_text(Path(config.out) / RESULTS, json.dumps(results, indent=2, default=str) + "\n")
     return results
 
 
@@ -416,6 +445,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--base-out", help="also run the unadapted base on the same tasks, at the same time and on "
                                            "the same in-process model (one batch serves both sides), into this folder")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue a killed run in --out (and --base-out): keep its finished episodes, run the "
+                             "missing ones and the errored ones again (they were never scored); refused when the "
+                             "folder was run with other options. Without it a run replaces what the folders hold")
     executor_arguments(parser)
 
 
@@ -442,16 +475,21 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         configs = with_base_side(config, args.base_out)
-        all_results = run_sides(configs, argv=full_argv, executor=options_from_args(args))
+        all_results = run_sides(configs, argv=full_argv, executor=options_from_args(args), resume=args.resume)
     except (FileNotFoundError, ValueError, KeyError, UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except ExecutorError as err:
-        print(f"error: --executor {args.executor}: {err}", file=sys.stderr)
+        print(f"error: --executor {args.executor}: {err}; the same command with --resume runs the missing "
+              "episodes", file=sys.stderr)
         return 1
     status = 0
     for side, results in zip(configs, all_results):
         counts = results["counts"]
+        if results["resumed"]:
+            resumed = results["resumed"]
+            print(f"  {results['label']}: resumed: kept {resumed['episodes_kept']} finished episode(s), ran "
+                  f"{counts['episodes'] - resumed['episodes_kept']} ({resumed['errored_rerun']} errored ones again)")
         print(f"  {results['label']}: success {Estimate(**results['figures']['success_rate']).format(100)} over "
               f"tasks; {counts['errored']}/{counts['episodes']} episodes errored")
         for k, p in results["pass_hat_k"].items():

@@ -536,6 +536,31 @@ def check_adapter_base(role: str, path: str | Path, base: dict[str, Any]) -> dic
     return manifest
 
 
+def incumbent_with_same_weights(library: str | Path, role: str, path: str | Path) -> dict[str, Any] | None:
+    """The library's admitted entry for ``role`` when ``path`` holds the very same adapter
+    (same config and weights, byte for byte): validating an adapter against itself decides
+    nothing, so a rerun of the same admission is a no-op instead of a rejection in the history."""
+    import hashlib
+
+    if not (Path(library) / "library.json").is_file():
+        return None
+    entry = load_library(library).adapters.get(role)
+    if entry is None:
+        return None
+
+    def digest(folder: Path) -> str | None:
+        files = [folder / "adapter_config.json", *sorted(folder.glob("adapter_model.*"))]
+        if not all(f.is_file() for f in files) or len(files) < 2:
+            return None
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return h.hexdigest()
+
+    candidate = digest(Path(path))
+    return entry if candidate is not None and candidate == digest(Path(library) / entry["path"]) else None
+
+
 def adapter_evidence(role: str, incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
                      config: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
     """Paired evidence on the role's primary metric over the held-out rows both sides scored

@@ -245,18 +245,25 @@ def evaluate_role(role: str, rows: list[dict[str, Any]], backend: Backend, model
     return records, counts
 
 
-def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] | None = None) -> dict[str, Any]:
-    """Evaluate every role of ``config``; write and return the results."""
-    from heart_distill.eval.provenance import dataset_fingerprint, provenance
-
-    models = resolve_role_models(config.roles_spec, config.model)
+def load_side_rows(config: RoleEvalConfig, models: RoleModels) -> dict[str, tuple[list[dict[str, Any]], int]]:
+    """Role → :func:`load_role_rows` of ``config`` (prompts too long for ``models`` left out)."""
     if models.teacher == "gold":
         raise ValueError("teacher:gold answers from a task's gold calls; it has no answer for a bare role "
                          "input (the targets are its answers): evaluate it end to end instead")
     fits = prompt_fits(models.model, config.max_prompt_tokens) if config.max_prompt_tokens and \
         models.teacher is None else None
-    loaded = {role: load_role_rows(config.data, role, config.split, config.limit, config.seed, fits)
-              for role in config.roles}
+    return {role: load_role_rows(config.data, role, config.split, config.limit, config.seed, fits)
+            for role in config.roles}
+
+
+def run(config: RoleEvalConfig, backend: Backend | None = None, argv: list[str] | None = None,
+        loaded: dict[str, tuple[list[dict[str, Any]], int]] | None = None) -> dict[str, Any]:
+    """Evaluate every role of ``config``; write and return the results. ``loaded``: its
+    rows, loaded already (:func:`load_side_rows`)."""
+    from heart_distill.eval.provenance import dataset_fingerprint, provenance
+
+    models = resolve_role_models(config.roles_spec, config.model)
+    loaded = loaded if loaded is not None else load_side_rows(config, models)
     rows = {role: role_rows for role, (role_rows, _) in loaded.items()}
     backend = backend or shared_backend(models, config.batch_size, config.engine)
     out = Path(config.out)
@@ -294,19 +301,27 @@ def run_sides(configs: list[RoleEvalConfig], argv: list[str] | None = None) -> l
     batch is twice as full and the model loads once."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from heart.progress import create_bar_lock
+
     check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
+    # Each side's thread draws a bar: tqdm's lock is created before the threads exist, and
+    # the datasets are loaded here, in this thread (their loading creates and deletes tqdm's
+    # lock when it finds none: heart.progress.create_bar_lock).
+    create_bar_lock()
+    loaded = [load_side_rows(config, side_models) for config, side_models in zip(configs, models)]
     backends = shared_backends(models, sum(c.batch_size for c in configs), configs[0].engine) \
         if len(configs) > 1 else [None]
     if not any(backends):
-        return [run(config, argv=argv) for config in configs]
+        return [run(config, argv=argv, loaded=side_rows) for config, side_rows in zip(configs, loaded)]
     # transformers resolves its lazy attributes on first use, and two threads doing it at once
     # can see a half-initialised module (ImportError): resolve the one both sides need first.
     from transformers import AutoTokenizer  # noqa: F401
 
     try:
         with ThreadPoolExecutor(len(configs)) as pool:
-            futures = [pool.submit(run, config, backend, argv) for config, backend in zip(configs, backends)]
+            futures = [pool.submit(run, config, backend, argv, side_rows)
+                       for config, backend, side_rows in zip(configs, backends, loaded)]
             return [future.result() for future in futures]
     finally:
         for backend in {id(b): b for b in backends if hasattr(b, "close")}.values():

@@ -368,15 +368,6 @@ def load_library(path: str | Path) -> Library:
     return library
 
 
-def find_library(run_dir: str | Path | None, library: str | Path | None = None) -> Library | None:
-    """The library named, else ``<run_dir>/library`` when it exists, else None."""
-    if library is not None:
-        return load_library(library)
-    if run_dir is not None and (Path(run_dir) / "library" / LIBRARY_FILE).is_file():
-        return load_library(Path(run_dir) / "library")
-    return None
-
-
 @contextmanager
 def updating(path: str | Path, create: bool = False, config: dict[str, Any] | None = None) -> Iterator[Path]:
     """Yield a staged copy of the library folder to change; when the block ends normally it

@@ -16,3 +16,18 @@ def progress_bar(iterable: Any = None, **kwargs: Any):
 
     kwargs.setdefault("disable", None)
     return tqdm(iterable, **kwargs)
+
+
+def create_bar_lock() -> None:
+    """Create tqdm's class lock now, in the calling thread: call it before starting threads
+    that draw bars or load ``datasets`` (and so share tqdm's lock).
+
+    tqdm creates the lock lazily without a guard, and ``tqdm.contrib.concurrent.thread_map``
+    (which ``datasets.load_from_disk`` runs) creates it when missing and deletes it when done:
+    two threads doing that at once lose the lock under each other ("AttributeError: type
+    object 'tqdm' has no attribute '_lock'", or a KeyError from bars registered under two
+    different locks). Once it exists every tqdm class inherits it and none deletes it.
+    """
+    from tqdm import tqdm
+
+    tqdm.get_lock()

@@ -70,8 +70,8 @@ def main(args) -> int:
 def run(args) -> int:
     from heart.library import load_library
     from heart_distill.eval.library import (add_candidates, admit, admit_adapter, check_adapter_base, history_lines,
-                                            list_lines, load_env, mine, trace_files, validate, validate_adapter,
-                                            verified_calls)
+                                            incumbent_with_same_weights, list_lines, load_env, mine, trace_files,
+                                            validate, validate_adapter, verified_calls)
 
     if args.action == "propose":
         environments = {env: load_env(env) for env in args.envs}
@@ -93,6 +93,10 @@ def run(args) -> int:
         lib_file = Path(args.library) / "library.json"
         base = load_library(args.library).base if lib_file.is_file() else {}
         check_adapter_base(args.role, args.adapter, base)  # before anything is evaluated
+        same = incumbent_with_same_weights(args.library, args.role, args.adapter)
+        if same is not None:
+            print(f"adapter {args.role}: already admitted as v{same['version']} (same weights): nothing to validate")
+            return 0
         evidence = validate_adapter(args.library, args.role, args.adapter, args.data, limit=args.limit,
                                     engine=args.engine)
         d = admit_adapter(args.library, args.role, args.adapter, evidence)

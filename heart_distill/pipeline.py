@@ -13,7 +13,10 @@ content-addressed: its key is a hash of its commands and of the bytes of its inp
 upstream stage's outputs, the training recipes, the base model's manifest). A stage whose
 stamp (``<run_dir>/stamps/<stage>.json``) holds the same key, and whose outputs still have
 the fingerprint recorded there, is skipped with a line saying so; otherwise its outputs are
-removed and it runs again from scratch. Per-stage wall times go to ``<run_dir>/pipeline.json``.
+removed and it runs again from scratch, unless a run of it under the same key was interrupted
+(``<run_dir>/stamps/<stage>.started.json`` and no stamp) and the stage knows how to continue
+(collect, train, collect_test, eval_e2e: ``Stage.resume``): then it continues over the outputs it left.
+Per-stage wall times go to ``<run_dir>/pipeline.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import yaml
 from pydantic import Field
@@ -36,6 +39,7 @@ from heart import ROLES
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.recipes import RecipeError, Role, load_roles, validate_sections
+from heart_distill.library_cli import ENGINE_CHOICES as LIBRARY_ENGINES
 
 Env = Literal["bfcl", "agentdojo"]
 EngineSpec = Literal[ENGINE_SPECS]  # type: ignore[valid-type]  (a tuple subscript: one Literal of each)
@@ -150,6 +154,17 @@ class ExecutorConfig:
 
 
 @dataclass
+class LibraryConfig:
+    roles: list[Role] = field(default_factory=list)
+    """Roles whose trained adapter goes before the run's library (``<run_dir>/library``,
+    ``heart library adapter``): validated against the library's incumbent for the role (else
+    the bare base) on the role datasets' validation rows, and admitted only by the library's
+    rule. Empty: no library stage."""
+    rows: Annotated[int, Field(gt=0)] = 24
+    """Gate rows per role (the datasets' validation split: tasks disjoint from training)."""
+
+
+@dataclass
 class PipelineConfig:
     run_dir: str = "runs/pipeline"
     """Folder of everything the pipeline writes (relative to the working directory)."""
@@ -160,6 +175,7 @@ class PipelineConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    library: LibraryConfig = field(default_factory=LibraryConfig)
 
 
 def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
@@ -171,7 +187,11 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise PipelineError(f"{path}: not valid YAML ({err})") from None
-    return validate_sections(data, PipelineConfig, str(path), PipelineError, "pipeline recipe"), path.parent
+    config = validate_sections(data, PipelineConfig, str(path), PipelineError, "pipeline recipe")
+    if config.library.roles and config.eval.engine not in LIBRARY_ENGINES:
+        raise PipelineError(f"{path}: library.roles needs eval.engine one of {', '.join(LIBRARY_ENGINES)} "
+                            f"(heart library adapter), got {config.eval.engine!r}")
+    return config, path.parent
 
 
 @dataclass
@@ -188,6 +208,10 @@ class Stage:
     (one collection per environment: each writes its own trace shard, the manifest is locked,
     and datasets are built in a canonical order). Collections are mostly one Python thread
     each, so two of them on 2 cores took 19 s where one after the other took 36 s."""
+    resume: Callable[[], list[list[str]]] | None = None
+    """How an interrupted run of these commands continues over the outputs it left: the
+    command lines to run instead, computed when it continues (None: it starts over). Not part
+    of the key: a continued run must finish with what an uninterrupted one would have made."""
 
 
 def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
@@ -226,30 +250,59 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                          str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args, *executor,
                          "--out", f"{folder}distilled", "--base-out", f"{folder}base"])
     e2e_outputs = [Path(command[-3]) for command in eval_e2e] + [Path(command[-1]) for command in eval_e2e]
+    # A retrained adapter replaces the served one only through the library's validation; the
+    # evaluation stages below measure the trained adapters themselves (base vs distilled).
+    library = [["heart", "library", "adapter", "--library", str(run / "library"), "--role", role, "--adapter",
+                str(run / "adapters" / role), "--data", str(run / "datasets"), "--limit", str(config.library.rows),
+                "--engine", e.engine] for role in config.library.roles]
     a = e.attack
     eval_attack = ([["python", "bench/injection.py", "--model", config.model, "--adapters", str(run / "adapters"),
                      "--suite", a.suite, "--pairs", str(a.pairs), *a.args,
                      "--traces", str(run / "eval" / "attack" / "traces"),
                      "--out", str(run / "eval" / "attack" / "injection.json")]] if a.pairs else [])
     return [
-        Stage("collect", collect, [], [run / "collect"], concurrent=True),
+        Stage("collect", collect, [], [run / "collect"], concurrent=True, resume=_with_resume(collect)),
         Stage("datasets", [["heart", "datasets", "build", str(run / "collect"), "--out", str(run / "datasets"),
                             "--overwrite"]], [run / "collect" / "traces"], [run / "datasets"]),
-        Stage("train", train, [run / "datasets", *recipe_files, *_model_manifest(config.model)], [run / "adapters"]),
-        Stage("collect_test", collect_test, [], [run / "collect-test"], concurrent=True),
+        Stage("train", train, [run / "datasets", *recipe_files, *_model_manifest(config.model)], [run / "adapters"],
+              resume=lambda: _unfinished_roles(train, t.roles, run / "adapters")),
+        # no outputs to remove: the library keeps every earlier admission and its history
+        Stage("library", library, [run / "adapters", run / "datasets"], []),
+        Stage("collect_test", collect_test, [], [run / "collect-test"], concurrent=True,
+              resume=_with_resume(collect_test)),
         Stage("heldout", [["python", "-m", "heart_distill.eval.heldout", str(run / "collect-test"), "--out", str(run / "heldout"),
                            "--split", "test", "--overwrite"]], [run / "collect-test" / "traces"], [run / "heldout"]),
         Stage("eval_roles", eval_roles, [run / "heldout", run / "adapters"],
               [run / "eval" / "roles-base", run / "eval" / "roles-distilled"]),
-        Stage("eval_e2e", eval_e2e, [run / "adapters"], e2e_outputs),
+        Stage("eval_e2e", eval_e2e, [run / "adapters"], e2e_outputs, resume=_with_resume(eval_e2e)),
         Stage("eval_attack", eval_attack, [run / "adapters"], [run / "eval" / "attack"]),
         Stage("report", [["heart", "report", str(run / "eval"), "--out", str(run / "report")]], [run / "eval"],
               [run / "report"]),
     ]
 
 
-STAGE_NAMES = ("collect", "datasets", "train", "collect_test", "heldout", "eval_roles", "eval_e2e", "eval_attack",
-               "report")
+STAGE_NAMES = ("collect", "datasets", "train", "library", "collect_test", "heldout", "eval_roles", "eval_e2e",
+               "eval_attack", "report")
+
+
+def _with_resume(commands: list[list[str]]) -> Callable[[], list[list[str]]]:
+    """The same commands plus ``--resume``: each continues the killed run in its --out (and
+    --base-out) without running its finished episodes again (``heart collect --resume``,
+    ``heart eval e2e --resume``); a command that had finished finds nothing left to run."""
+    return lambda: [[*command, "--resume"] for command in commands]
+
+
+def _unfinished_roles(train: list[list[str]], roles: list[str], adapters: Path) -> list[list[str]]:
+    """The train command for the roles whose adapter has no manifest.json yet (none when every
+    role finished), without ``output.overwrite=true``. Each rerun on its output.dir resumes from
+    the last checkpoint there (``train/sft.py``); overwrite only acts on a folder that holds a
+    finished adapter, and leaving it out makes sure no finished adapter is trained again."""
+    left = [role for role in roles if not (adapters / role / "manifest.json").is_file()]
+    if not left:
+        return []
+    command = [arg for arg in train[0] if not arg.startswith("output.overwrite=")]
+    command[command.index("--roles") + 1] = ",".join(left)
+    return [command]
 
 
 def _recipe_files(roles_yaml: Path, roles: list[str]) -> list[Path]:
@@ -308,6 +361,26 @@ def _stamp_path(run: Path, stage: Stage) -> Path:
     return run / "stamps" / f"{stage.name}.json"
 
 
+def _started_path(run: Path, stage: Stage) -> Path:
+    return run / "stamps" / f"{stage.name}.started.json"
+
+
+def interrupted_key(run: Path, stage: Stage) -> str | None:
+    """The key of a run of this stage that started and did not finish (None: there is none).
+
+    The started record is written before the stage's commands run and removed once its stamp
+    is written; the stamp alone says a stage finished.
+    """
+    path = _started_path(run, stage)
+    if _stamp_path(run, stage).exists() or not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except ValueError:  # edited by hand (publish_text never leaves half a file): start over
+        return None
+    return record.get("key") if isinstance(record, dict) else None
+
+
 def is_up_to_date(run: Path, stage: Stage, key: str) -> dict[str, Any] | None:
     """The stamp when the stage ran with this key and its outputs are as it left them, else None."""
     path = _stamp_path(run, stage)
@@ -328,18 +401,29 @@ def _argv(command: list[str]) -> list[str]:
     return command
 
 
-def run_stage(run: Path, stage: Stage, key: str) -> tuple[int, float]:
-    """(exit status, wall seconds); a stage that reruns starts from empty outputs."""
+def run_stage(run: Path, stage: Stage, key: str, continuing: bool = False) -> tuple[int, float]:
+    """(exit status, wall seconds). A stage starts from empty outputs, or, ``continuing`` an
+    interrupted run under the same key, keeps them and runs ``stage.resume()``'s commands."""
     missing = [str(p) for p in stage.inputs if not p.exists()]
     if missing:
         print(f"pipeline: {stage.name}: missing input(s) {', '.join(missing)}: run the stages before it first",
               file=sys.stderr)
         return 2, 0.0
-    _stamp_path(run, stage).unlink(missing_ok=True)
-    for output in stage.outputs:
-        shutil.rmtree(output, ignore_errors=True)
+    if continuing and stage.resume is not None:
+        commands = stage.resume()
+    else:
+        commands, continuing = stage.commands, False
+        # the record goes first: once it is written again, the outputs hold this run's work only
+        _started_path(run, stage).unlink(missing_ok=True)
+        _stamp_path(run, stage).unlink(missing_ok=True)
+        for output in stage.outputs:
+            shutil.rmtree(output, ignore_errors=True)
+        started = {"stage": stage.name, "key": key, "commands": stage.commands,
+                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _started_path(run, stage).parent.mkdir(parents=True, exist_ok=True)
+        publish_text(_started_path(run, stage), json.dumps(started, indent=2) + "\n")
     start = time.perf_counter()
-    batches = [stage.commands] if stage.concurrent else [[command] for command in stage.commands]
+    batches = [commands] if stage.concurrent else [[command] for command in commands]
     for batch in batches:
         processes = []
         for command in batch:
@@ -353,8 +437,11 @@ def run_stage(run: Path, stage: Stage, key: str) -> tuple[int, float]:
     wall = time.perf_counter() - start
     stamp = {"stage": stage.name, "key": key, "outputs": fingerprint(stage.outputs), "wall_s": round(wall, 1),
              "commands": stage.commands, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if continuing:
+        stamp["continued_with"] = commands  # the last continuation's commands; the key holds stage.commands
     _stamp_path(run, stage).parent.mkdir(parents=True, exist_ok=True)
     publish_text(_stamp_path(run, stage), json.dumps(stamp, indent=2) + "\n")  # only once the stage finished
+    _started_path(run, stage).unlink(missing_ok=True)
     return 0, wall
 
 
@@ -387,9 +474,19 @@ def run_pipeline(recipe: str | Path, only: list[str] | None = None, until: str |
                   f"at {stamp['finished_at']}) — skipped", file=sys.stderr, flush=True)
             timings[stage.name] = {"wall_s": 0.0, "skipped": True, "last_run_wall_s": stamp["wall_s"]}
             continue
-        print(f"{head}: running (key {key[7:19]})", file=sys.stderr, flush=True)
-        status, wall = run_stage(run, stage, key)
-        timings[stage.name] = {"wall_s": round(wall, 1), "skipped": False, "last_run_wall_s": round(wall, 1)}
+        interrupted = interrupted_key(run, stage)
+        continuing = interrupted == key and stage.resume is not None and not force
+        if continuing:
+            print(f"{head}: continuing an interrupted run (key {key[7:19]}), its outputs kept", file=sys.stderr,
+                  flush=True)
+        else:
+            why = ("" if interrupted is None else " (an interrupted run had another key)" if interrupted != key
+                   else " (--force: an interrupted run is not continued)" if force
+                   else " (an interrupted run of this stage is not continued)")
+            print(f"{head}: running from empty outputs (key {key[7:19]}){why}", file=sys.stderr, flush=True)
+        status, wall = run_stage(run, stage, key, continuing)
+        timings[stage.name] = {"wall_s": round(wall, 1), "skipped": False, "last_run_wall_s": round(wall, 1),
+                               "continued": continuing}
         run.mkdir(parents=True, exist_ok=True)
         report_path.write_text(json.dumps({"recipe": str(recipe), "stages": timings}, indent=2) + "\n")
         if status != 0:

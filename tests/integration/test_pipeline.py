@@ -60,8 +60,14 @@ def test_collect_build_train_and_serve_four_role_adapters(tmp_path, smollm2_path
 
 
 def test_heart_pipeline_until_train_then_everything_is_skipped(tmp_path, smollm2_path):
-    """`heart pipeline --until train` on real data and real training, at toy scale; then a rerun
-    skips every stage (content-addressed) and `--stage train --force` retrains alone."""
+    """`heart pipeline --until train` on real data and real training, at toy scale, killed
+    (SIGKILL, every process of it) once the first role's adapter is published; a rerun continues
+    the train stage with the other role alone; then a rerun skips every stage (content-addressed)
+    and `--stage train --force` retrains alone."""
+    import os
+    import signal
+    import time
+
     import yaml
 
     recipe = tmp_path / "pipeline.yaml"
@@ -70,15 +76,36 @@ def test_heart_pipeline_until_train_then_everything_is_skipped(tmp_path, smollm2
         "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml"), "roles": ["primitive", "verifier"],
                   "overrides": ["sft.max_steps=1", "sft.batch_size=2", "data.max_train_examples=4",
                                 "data.max_eval_examples=1", "sft.max_length=4096"]}}))
+    adapters = tmp_path / "run/adapters"
+    log = tmp_path / "killed.log"
+    with log.open("w") as sink:
+        killed = subprocess.Popen([sys.executable, "-m", "heart_distill.cli", "pipeline", "--recipe", str(recipe),
+                                   "--until", "train"], cwd=tmp_path, start_new_session=True, stdout=sink,
+                                  stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 1200
+    while not (first := sorted(adapters.glob("*/manifest.json"))) and killed.poll() is None:
+        assert time.monotonic() < deadline, "no adapter was published"
+        time.sleep(0.05)
+    assert killed.poll() is None, log.read_text()[-3000:]  # still training the other role
+    os.killpg(killed.pid, signal.SIGKILL)  # the pipeline, heart train and the training process under it
+    assert killed.wait() == -signal.SIGKILL and len(first) == 1
+    finished, left = first[0].parent.name, ({"primitive", "verifier"} - {first[0].parent.name}).pop()
+    weights = (adapters / finished / "adapter_model.safetensors").stat().st_mtime_ns
+
     done = heart("pipeline", "--recipe", str(recipe), "--until", "train", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "[3/3] train: continuing an interrupted run" in done.stderr and done.stderr.count("up to date") == 2
+    train_line = next(line for line in done.stderr.splitlines() if "train: $ heart train" in line)
+    assert f"--roles {left} " in train_line and "output.overwrite" not in train_line
+    assert (adapters / finished / "adapter_model.safetensors").stat().st_mtime_ns == weights  # kept, not retrained
     for role in ("primitive", "verifier"):
         manifest = json.loads((tmp_path / "run/adapters" / role / "manifest.json").read_text())
         assert manifest["role"] == role and manifest["system_prompt"] == "short"
         assert manifest["lora"]["layers"] == list(range(22, 30))  # the recipe's top_layers: 8 of 30
         assert manifest["dataset"]["sizes"]["train"] == 4 and "dropped_overlong" in manifest["dataset"]
     timings = json.loads((tmp_path / "run/pipeline.json").read_text())["stages"]
-    assert list(timings) == ["collect", "datasets", "train"] and all(t["wall_s"] > 0 for t in timings.values())
+    assert list(timings) == ["collect", "datasets", "train"] and timings["train"]["continued"]
+    assert all(t["last_run_wall_s"] > 0 for t in timings.values())
 
     again = heart("pipeline", "--recipe", str(recipe), "--until", "train", cwd=tmp_path)
     assert again.returncode == 0 and again.stderr.count("up to date") == 3, again.stderr[-2000:]

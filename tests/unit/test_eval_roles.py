@@ -245,3 +245,41 @@ def test_base_out_answers_both_sides_on_one_shared_backend(heldout, tmp_path, mo
     assert (tmp_path / "base" / "roles.json").is_file() and (tmp_path / "distilled" / "roles.json").is_file()
     with pytest.raises(ValueError, match="limit"):
         run_sides([distilled, dataclasses.replace(base, limit=3)])
+
+
+def test_sides_run_together_do_not_race_on_tqdms_lock(heldout, tmp_path, monkeypatch):
+    """datasets' load_from_disk runs tqdm's thread_map, which creates tqdm's class lock when
+    missing and deletes it when done. Two sides loading in two threads, both finding no lock,
+    made one fail with "AttributeError: type object 'tqdm' has no attribute '_lock'". Here
+    that interleaving is forced: creating the lock waits until two threads want it at once."""
+    import dataclasses
+    import threading
+
+    import tqdm.asyncio
+    import tqdm.std
+    from datasets.utils.tqdm import tqdm as hf_tqdm
+
+    from heart_distill.eval import models as eval_models
+    from heart_distill.eval.roles import run_sides
+
+    for cls in (tqdm.std.tqdm, tqdm.asyncio.tqdm_asyncio, hf_tqdm):  # as in a fresh process
+        if "_lock" in vars(cls):
+            monkeypatch.delattr(cls, "_lock")
+    both_want_it = threading.Barrier(2, timeout=20)
+    create = tqdm.std.tqdm.get_lock.__func__
+
+    def racing_get_lock(cls):
+        if not hasattr(cls, "_lock"):  # about to create one: wait for the other thread to want it too
+            both_want_it.wait()
+        return create(cls)
+
+    monkeypatch.setattr(hf_tqdm, "get_lock", classmethod(racing_get_lock))
+    for role in ROLES:
+        (tmp_path / "adapters" / role).mkdir(parents=True)
+        (tmp_path / "adapters" / role / "adapter_config.json").write_text("{}")
+    monkeypatch.setattr(eval_models, "shared_backend",
+                        lambda models, *a, **kw: ScriptedBackend(lambda role, messages: "not json", name="shared"))
+    distilled = RoleEvalConfig(data=str(heldout), out=str(tmp_path / "distilled"),
+                               roles_spec=str(tmp_path / "adapters"), roles=("router", "verifier"), batch_size=4)
+    results = run_sides([distilled, dataclasses.replace(distilled, roles_spec="base", out=str(tmp_path / "base"))])
+    assert [r["counts"]["verifier"]["rows"] > 0 for r in results] == [True, True]

@@ -313,3 +313,24 @@ def test_a_retrained_adapter_worse_on_the_gate_split_is_not_served(gate_rows, tm
     args = build_parser().parse_args(["run", "--task", "x", "--library", str(lib)])
     assert _served_adapters(args) == {"verifier": served}
     assert [h["decision"] for h in library.history] == ["admitted", "rejected"]
+
+
+def test_the_same_adapter_again_is_already_admitted_and_not_revalidated(tmp_path, capsys):
+    from heart_distill.cli import main as cli_main
+
+    lib = tmp_path / "library"
+    good = {"kind": "adapter", "metric": "verdict_accuracy", "signal": "role_metric",
+            "lift": {"value": 20.0, "low": 5.0, "high": 30.0, "n": 12}, "conditions": {"bfcl": 20.0}}
+    trained = _adapter(tmp_path / "trained", "verifier", "sha256:aaa")
+    (trained / "adapter_model.safetensors").write_bytes(b"weights-1")
+    admission.admit_adapter(lib, "verifier", trained, good)
+    assert admission.incumbent_with_same_weights(lib, "verifier", trained)["version"] == 1
+    assert admission.incumbent_with_same_weights(lib, "planner", trained) is None
+    # a pipeline rerun puts the same folder before the library: a no-op, not a self-comparison
+    before = (lib / "library.json").read_text()
+    assert cli_main(["library", "adapter", "--library", str(lib), "--role", "verifier", "--adapter", str(trained),
+                     "--data", str(tmp_path / "no-data")]) == 0
+    assert "already admitted as v1 (same weights)" in capsys.readouterr().out
+    assert (lib / "library.json").read_text() == before
+    (trained / "adapter_model.safetensors").write_bytes(b"weights-2")  # retrained: validated again
+    assert admission.incumbent_with_same_weights(lib, "verifier", trained) is None

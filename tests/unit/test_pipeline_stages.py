@@ -232,3 +232,151 @@ def test_cache_files_a_reader_leaves_do_not_make_a_stage_stale(recipe, calls):
     (Path("run/datasets") / "cache-0123abcd.arrow").write_bytes(b"datasets' map/filter cache")  # training read it
     run_pipeline(recipe, until="train")
     assert calls == []
+
+
+def _killed_after(monkeypatch, word, leave):
+    """The next command starting with ``word`` calls ``leave(command)`` (the part of its outputs
+    it wrote) and dies as a SIGKILL'd process does (status -9); every other command runs as before."""
+    run = pipeline.subprocess.Popen
+    killed = []
+
+    def popen(argv, env=None):
+        command = argv[3:] if argv[1:3] == ["-m", "heart_distill.cli"] else argv[1:]
+        if command[0] == word and not killed:
+            killed.append(command)
+            leave(command)
+            return _Finished(-9)
+        return run(argv, env=env)
+
+    monkeypatch.setattr(pipeline.subprocess, "Popen", popen)
+    return killed
+
+
+def _partial_collection(command):
+    traces = Path(command[command.index("--out") + 1]) / "traces"
+    traces.mkdir(parents=True, exist_ok=True)
+    (traces / "shard-killed.jsonl").write_text('{"kind": "episode"}\n')
+
+
+def test_a_killed_stage_continues_over_its_outputs_with_its_resume_commands(recipe, calls, monkeypatch, capsys):
+    killed = _killed_after(monkeypatch, "collect", _partial_collection)
+    assert run_pipeline(recipe, until="train") == -9 and killed
+    started = json.loads(Path("run/stamps/collect.started.json").read_text())
+    assert started["key"].startswith("sha256:") and not Path("run/stamps/collect.json").exists()
+    calls.clear()
+    capsys.readouterr()
+
+    assert run_pipeline(recipe, until="train") == 0
+    assert "[1/3] collect: continuing an interrupted run" in capsys.readouterr().err
+    assert calls[0].startswith("collect --env bfcl") and calls[0].endswith("--resume")  # the rest as before
+    assert [c.split()[0] for c in calls] == ["collect", "datasets", "train"]
+    assert Path("run/collect/traces/shard-killed.jsonl").exists()  # the killed run's episodes kept
+    stamp = json.loads(Path("run/stamps/collect.json").read_text())
+    assert stamp["key"] == started["key"] and stamp["continued_with"][0][-1] == "--resume"
+    assert "--resume" not in stamp["commands"][0]  # the key hashes the stage's own commands
+    assert not Path("run/stamps/collect.started.json").exists()
+    assert json.loads(Path("run/pipeline.json").read_text())["stages"]["collect"]["continued"] is True
+
+    calls.clear()
+    assert run_pipeline(recipe, until="train") == 0 and calls == []  # finished: skipped as before
+    assert capsys.readouterr().err.count("up to date") == 3
+
+
+def test_a_changed_key_or_force_starts_an_interrupted_stage_over(recipe, calls, monkeypatch, capsys):
+    _killed_after(monkeypatch, "collect", _partial_collection)
+    run_pipeline(recipe, until="train")
+    config = yaml.safe_load(recipe.read_text())
+    config["collect"]["limit"] = 4
+    recipe.write_text(yaml.safe_dump(config))
+    calls.clear()
+    capsys.readouterr()
+    assert run_pipeline(recipe, until="train") == 0
+    assert "collect: running from empty outputs" in capsys.readouterr().err
+    assert "--resume" not in calls[0] and not Path("run/collect/traces/shard-killed.jsonl").exists()
+
+    _killed_after(monkeypatch, "collect", _partial_collection)
+    run_pipeline(recipe, only=["collect"], force=True)
+    calls.clear()
+    capsys.readouterr()
+    assert run_pipeline(recipe, only=["collect"], force=True) == 0
+    assert "--force: an interrupted run is not continued" in capsys.readouterr().err
+    assert "--resume" not in calls[0] and not Path("run/collect/traces/shard-killed.jsonl").exists()
+
+
+def test_a_stage_that_cannot_continue_starts_over(recipe, calls, monkeypatch, capsys):
+    run_pipeline(recipe, only=["collect"])
+    _killed_after(monkeypatch, "datasets", lambda command: Path("run/datasets/planner").mkdir(parents=True))
+    assert run_pipeline(recipe, only=["datasets"]) == -9
+    calls.clear()
+    capsys.readouterr()
+    assert run_pipeline(recipe, only=["datasets"]) == 0
+    assert "an interrupted run of this stage is not continued" in capsys.readouterr().err
+    assert calls == ["datasets build run/collect --out run/datasets --overwrite"]
+    assert not Path("run/datasets/planner").exists()
+
+
+def _planner_done_router_halfway(command):
+    adapters = Path("run/adapters")
+    (adapters / "planner").mkdir(parents=True)
+    (adapters / "planner" / "manifest.json").write_text('{"role": "planner"}')
+    (adapters / "router" / "checkpoints" / "checkpoint-4").mkdir(parents=True)
+
+
+def test_the_train_continuation_skips_finished_roles_and_keeps_checkpoints(recipe, calls, monkeypatch, capsys):
+    run_pipeline(recipe, until="datasets")
+    _killed_after(monkeypatch, "train", _planner_done_router_halfway)
+    assert run_pipeline(recipe, only=["train"]) == -9
+    calls.clear()
+    assert run_pipeline(recipe, only=["train"]) == 0
+    assert len(calls) == 1 and "--roles router " in calls[0]  # the planner's adapter is finished
+    assert "output.overwrite" not in calls[0]  # so train/sft.py resumes from the router's checkpoint
+    assert "output.dir=run/adapters/{role}" in calls[0] and "sft.max_steps=1" in calls[0]
+    assert Path("run/adapters/router/checkpoints/checkpoint-4").is_dir()
+    assert Path("run/adapters/planner/manifest.json").read_text() == '{"role": "planner"}'  # not retrained
+
+
+def test_a_train_run_killed_after_its_last_role_finishes_by_stamping(recipe, calls, monkeypatch):
+    run_pipeline(recipe, until="datasets")
+
+    def every_role_done(command):
+        for role in ("planner", "router"):
+            (Path("run/adapters") / role).mkdir(parents=True)
+            (Path("run/adapters") / role / "manifest.json").write_text("{}")
+
+    _killed_after(monkeypatch, "train", every_role_done)
+    run_pipeline(recipe, only=["train"])
+    calls.clear()
+    assert run_pipeline(recipe, only=["train"]) == 0 and calls == []
+    assert json.loads(Path("run/stamps/train.json").read_text())["continued_with"] == []
+
+
+def test_episode_stages_continue_with_resume_and_the_rest_start_over(recipe):
+    config, folder = load_pipeline(recipe)
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    for name in ("collect", "collect_test", "eval_e2e"):
+        stage = by_name[name]
+        assert stage.resume() == [[*command, "--resume"] for command in stage.commands]
+    assert all(by_name[name].resume is None for name in ("datasets", "heldout", "eval_roles", "eval_attack", "report"))
+
+
+def test_the_library_stage_puts_each_trained_adapter_before_the_runs_library(recipe, calls):
+    config, folder = load_pipeline(recipe)
+    assert {s.name: s for s in pipeline.stages(config, folder)}["library"].commands == []  # off by default
+    content = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**content, "library": {"roles": ["planner", "router"], "rows": 8},
+                                      "eval": {"engine": "llamacpp:f16"}}))
+    run_pipeline(recipe, until="library")
+    admissions = [c for c in calls if c.startswith("library adapter")]
+    assert admissions == [f"library adapter --library run/library --role {role} --adapter run/adapters/{role} "
+                          "--data run/datasets --limit 8 --engine llamacpp:f16" for role in ("planner", "router")]
+    Path("run/library").mkdir(parents=True, exist_ok=True)
+    (Path("run/library") / "library.json").write_text("{}")
+    run_pipeline(recipe, ["library"], force=True)
+    assert (Path("run/library") / "library.json").is_file()  # a rerun keeps the library and its history
+
+
+def test_a_library_stage_needs_an_engine_the_library_validates_with(recipe):
+    content = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**content, "library": {"roles": ["verifier"]}, "eval": {"engine": "llamacpp:q8_0"}}))
+    with pytest.raises(PipelineError, match="library.roles needs eval.engine one of peft, llamacpp"):
+        load_pipeline(recipe)
