@@ -107,6 +107,9 @@ class BuildReport:
     """Per role: splits, tasks, removed (per rule), verdicts, tokens, teachers."""
     token_counter: str
     options: dict[str, Any]
+    collections: list[dict[str, Any]] = field(default_factory=list)
+    """Each collection the run's ``manifest.json`` records: env, split, teacher and the loop
+    policy its traces were made under (``policy`` None: collected before manifests held it)."""
     elapsed_s: float = 0.0
     timings_s: dict[str, float] = field(default_factory=dict)
 
@@ -275,6 +278,18 @@ def read_shards(files: list[Path], roles: tuple[str, ...]) -> tuple["_Collector"
     return collector, stats
 
 
+def recorded_collections(run_dir: Path) -> list[dict[str, Any]]:
+    """(env, split, teacher, policy) of each collection in ``<run_dir>/manifest.json`` ([] when
+    the run has no readable manifest: traces written by other tools carry none)."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        entries = manifest["collections"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [{"env": e.get("env"), "split": e.get("split"), "teacher": e.get("teacher"), "policy": e.get("policy")}
+            for e in entries if isinstance(e, dict)]
+
+
 def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: BuildOptions | None = None) -> BuildReport:
     """Build ``<out_dir>/<role>`` for each role from ``<run_dir>/traces/*.jsonl``.
 
@@ -341,6 +356,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
         roles={},
         token_counter=counter.name,
         options=asdict(options),
+        collections=recorded_collections(run_dir),
     )
     report.episodes.setdefault("without_record", 0)
     context = {
@@ -348,6 +364,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
         "trace_files": len(files),
         "read": report.read,
         "options": report.options,
+        "collections": report.collections,
         "token_counter": counter.name,
         "validation_source_text": (
             "Validation holds the tasks of the toolkit's dev split "

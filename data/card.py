@@ -215,8 +215,12 @@ def render_card(role: str, role_report: dict[str, Any], context: dict[str, Any])
         f"{context['read']['lines']} lines, {context['read']['torn_lines']} torn line(s) skipped)",
         f"- teacher(s): {', '.join(f'`{t}`' for t in role_report['teachers']) or 'none'}",
         f"- build options: `{json.dumps(context['options'], sort_keys=True)}`",
-        "",
     ]
+    for c in context.get("collections", []):  # the loop policy each collection's traces were made under
+        policy = ("not recorded (collected before manifests held it)" if c["policy"] is None
+                  else f"`{json.dumps(c['policy'], sort_keys=True)}`")
+        lines.append(f"- loop policy of {c['env']}/{c['split']} with `{c['teacher']}`: {policy}")
+    lines.append("")
     return "\n".join(lines)
 
 

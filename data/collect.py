@@ -41,7 +41,7 @@ from heart.environments import load_environment
 from heart.episode import episode_id, run_episode
 from heart.loop import LoopConfig
 from heart.traces import TraceFormatError, TraceReadStats, TraceWriter, read_trace
-from heart_distill.arguments import collect_arguments as add_arguments
+from heart_distill.arguments import LoopPolicy, collect_arguments as add_arguments
 from heart_distill.data.teachers import TeacherFactory
 from heart_distill.executors import ExecutorError, connect_ray, options_from_args, run_jobs, shards
 
@@ -95,11 +95,20 @@ def new_shard_path(traces: Path, tag: str | None = None) -> Path:
     return traces / f"shard-{stamp}-{os.getpid()}-{secrets.token_hex(4)}{suffix}.jsonl"
 
 
+def _refuse(message: str) -> None:
+    """Bad input: the message on stderr, exit status 2."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory, task_ids: list[str]) -> None:
     """Record this collection in ``manifest.json``: one entry per (env, split, teacher).
 
     A run folder may hold several collections (e.g. BFCL and AgentDojo train splits, built
-    into one set of role datasets). Resuming one must use the settings it started with.
+    into one set of role datasets). Each entry records the loop policy its traces were made
+    under (``policy``: :meth:`LoopPolicy.record`, files named with their content hash), so
+    the datasets built from it can say so; resuming one must use the settings and the policy
+    it started with (exit 2 naming what differs), or its traces would mix two policies.
     The read-modify-write holds a file lock (other processes and threads) and the new file
     replaces the old by an atomic rename (a reader never sees half a manifest).
     """
@@ -107,8 +116,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
 
     entry = {
         "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
-        "fault_rate": args.fault_rate, "seeds": args.seeds, "replan_budget": args.budget, "verify": args.verify,
-        "middleware": getattr(args, "middleware", "default"),
+        "fault_rate": args.fault_rate, "seeds": args.seeds, "policy": LoopPolicy.from_args(args).record(),
         "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
@@ -120,12 +128,18 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
             raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or choose another --out") from None
         for old in manifest["collections"]:
             if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
-                defaults = {"verify": "step", "middleware": "default"}  # manifests older than the field
-                changed = sorted(k for k in ("seeds", "replan_budget", "limit", "verify", "middleware")
-                                 if old.get(k, defaults.get(k)) != entry[k])
+                if "policy" not in old:
+                    _refuse(f"error: {out} holds {args.env}/{args.split} with {teacher.name} collected before "
+                            "manifests recorded the loop policy: its traces' policy is unknown, so new episodes "
+                            "could mix with them; collect into another --out")
+                changed = [f"{k}: {old.get(k)} there, {entry[k]} now" for k in ("seeds", "limit")
+                           if old.get(k) != entry[k]]
+                changed += [f"{k}: {old['policy'].get(k)} there, {entry['policy'][k]} now"
+                            for k in sorted(old["policy"].keys() | entry["policy"].keys())
+                            if old["policy"].get(k) != entry["policy"].get(k)]
                 if changed:
-                    raise SystemExit(f"error: {out} holds this collection with different {changed}: "
-                                     f"{ {k: old[k] for k in changed} }; use the same settings or another --out")
+                    _refuse(f"error: {out} holds {args.env}/{args.split} with {teacher.name} collected with other "
+                            f"settings ({'; '.join(changed)}); use the same settings or another --out")
                 if not args.resume:
                     raise SystemExit(f"error: {out} already holds {args.env}/{args.split} with {teacher.name}; "
                                      f"pass --resume to continue it or choose another --out")
@@ -222,9 +236,8 @@ def collect(args: argparse.Namespace) -> int:
     from heart.middleware import load_middleware
     from heart.user_errors import UserError
 
-    middleware = getattr(args, "middleware", "default")
-    load_middleware(middleware, catalog=environment.catalog())  # MiddlewareError: file and field named
-    if getattr(args, "validation", "default") not in ("default", "none"):
+    load_middleware(args.middleware, catalog=environment.catalog())  # MiddlewareError: file and field named
+    if args.validation not in ("default", "none"):
         from heart.validation import load_result_shapes
 
         load_result_shapes(args.validation)  # ShapesFormatError (a UserError): the file and what is wrong
@@ -248,9 +261,7 @@ def collect(args: argparse.Namespace) -> int:
               f"already done in {out}; nothing to run", file=sys.stderr)
         return 0
     (out / "traces").mkdir(exist_ok=True)
-    config = LoopConfig(replan_budget=args.budget, verify=args.verify, middleware=middleware,
-                        relevance=getattr(args, "relevance", False), messages=not getattr(args, "no_messages", False),
-                        validation=getattr(args, "validation", "default"))
+    config = LoopConfig(**LoopPolicy.from_args(args).loop_fields())
     spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
                           max_batch_size=args.max_batch_size, loop=config, out=str(out),
                           concurrency=args.concurrency, run=secrets.token_hex(4))

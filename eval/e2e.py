@@ -5,6 +5,10 @@
     heart eval e2e --env agentdojo --split test --roles teacher:gold --seeds 0 1 2 --out …
     heart eval e2e --env bfcl --category simple --roles runs/NAME/adapters --out …/e2e-distilled --base-out …/e2e-base
 
+The loop-policy flags (``--budget``, ``--verify``, ``--middleware``, ``--relevance``,
+``--no-messages``, ``--validation``) are ``heart collect``'s and ``heart run``'s
+(:class:`heart_distill.arguments.LoopPolicy`); single-turn BFCL categories run with B = 0.
+
 Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's own checker
 (BFCL's multi-turn checker, BFCL's AST checker for the single-turn categories via
 :mod:`heart.environments.bfcl_ast`, AgentDojo's utility check). Episodes run concurrently in threads, so
@@ -57,7 +61,7 @@ from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_ro
                          with_base_side)
 from heart_distill.eval.roles import MAX_NEW_TOKENS
 from heart_distill.eval.stats import bootstrap, pass_hat_k
-from heart_distill.arguments import executor_arguments
+from heart_distill.arguments import LoopPolicy, executor_arguments, loop_policy_arguments
 from heart_distill.executors import LOCAL, ExecutorError, ExecutorOptions, options_from_args, run_jobs
 from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
@@ -93,7 +97,9 @@ class E2EConfig:
     """Episodes in flight at once."""
     engine: str = "peft"
     """In-process engine for the base and its adapters: peft or llamacpp (heart.runtime.engines)."""
-    budget: int = 3
+    policy: LoopPolicy = dataclasses.field(default_factory=LoopPolicy)
+    """How the loop runs a turn (re-plan budget, Verifier granularity, middleware, relevance,
+    messages, carried validation): the flags ``heart collect`` and ``heart run`` take."""
     max_clarifications: int = 2
     max_plan_steps: int = 6
     retrieve_k: int | None = None
@@ -170,6 +176,18 @@ def harness_fields(path: str | None) -> dict[str, Any]:
     return loop_fields(load_harness(path)) if path else {}
 
 
+def check_policy_files(policy: LoopPolicy, environment) -> None:
+    """Refuse, before any episode runs, a --middleware file that does not fit the environment's
+    tools or a --validation file that is not a result-shapes file (UserError: file and field)."""
+    from heart.middleware import load_middleware
+
+    load_middleware(policy.middleware, catalog=environment.catalog())
+    if policy.validation not in ("default", "none"):
+        from heart.validation import load_result_shapes
+
+        load_result_shapes(policy.validation)
+
+
 def gold_teacher(task, environment, seed: int) -> Backend:
     from heart.runtime.scripted import GoldTeacher
 
@@ -186,13 +204,13 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
     start = time.perf_counter()
     events = EpisodeEvents()
     single_turn = config.category in AST_CATEGORIES
+    policy = config.policy.loop_fields()
+    if single_turn:  # a single-turn BFCL answer is the one set of calls an attempt makes: a
+        policy["replan_budget"] = 0  # re-plan would add calls that the AST checker counts against it
     loop_config = LoopConfig(
-        # A single-turn BFCL answer is the one set of calls an attempt makes: a re-plan
-        # would add calls that the AST checker counts against it.
-        replan_budget=0 if single_turn else config.budget,
         max_clarifications=config.max_clarifications, retrieve_k=config.retrieve_k,
         max_plan_steps=config.max_plan_steps, short_prompts=models.short_prompts,
-        constrained=config.constrained, **harness_fields(config.harness))
+        constrained=config.constrained, **{**policy, **harness_fields(config.harness)})
     sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[r],
                                   temperature=config.temperature, seed=seed if config.temperature > 0 else None)
                 for r in ROLES}
@@ -330,7 +348,10 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
     if first.harness:  # refused before any episode, naming the file and field
         from heart.harness import load_harness
 
+        if first.policy.middleware != "default":
+            raise ValueError("--harness brings its own middleware: drop --middleware (or edit the harness)")
         harness_fingerprint = load_harness(first.harness).fingerprint()
+    check_policy_files(first.policy, environment)
     task_ids = environment.task_ids(first.split)
     if first.tasks:
         outside = [t for t in first.tasks if t not in task_ids]
@@ -432,7 +453,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
                         help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
                              "faster; llamacpp:f16 for f16 base weights, faster again)")
-    parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (multi-turn)")
+    loop_policy_arguments(parser)  # single-turn BFCL categories run with B = 0 whatever --budget says
     parser.add_argument("--max-clarifications", type=nonnegative_int, default=2)
     parser.add_argument("--max-plan-steps", type=positive_int, default=6)
     parser.add_argument("--retrieve-k", type=positive_int, default=None)
@@ -459,7 +480,8 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
     return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
                      roles_spec=args.roles_spec, model=args.model, seeds=tuple(args.seeds), limit=args.limit,
                      tasks=tuple(args.task),
-                     concurrency=args.concurrency, engine=args.engine, budget=args.budget, max_clarifications=args.max_clarifications,
+                     concurrency=args.concurrency, engine=args.engine, policy=LoopPolicy.from_args(args),
+                     max_clarifications=args.max_clarifications,
                      max_plan_steps=args.max_plan_steps, retrieve_k=args.retrieve_k,
                      max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                      constrained=not args.no_constrain, harness=args.harness)

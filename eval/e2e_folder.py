@@ -30,8 +30,9 @@ RUN = "e2e-run.json"
 RESULTS = "e2e.json"
 EPISODES = "episodes.jsonl"
 TRACE = "trace.jsonl"
-RUN_FORMAT = 1
-"""Version of ``e2e-run.json``; a folder recorded in another version is not resumed."""
+RUN_FORMAT = 2
+"""Version of ``e2e-run.json``; a folder recorded in another version is not resumed (version 2
+records the whole loop policy, :class:`heart_distill.arguments.LoopPolicy`)."""
 
 
 def run_identity(config: Any, models: Any, task_ids: Sequence[str], harness_fingerprint: str | None) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def run_identity(config: Any, models: Any, task_ids: Sequence[str], harness_fing
                      for role, path in sorted(models.adapters.items())},
         "short_prompts": sorted(models.short_prompts), "engine": config.engine,
         "temperature": config.temperature, "max_new_tokens": config.max_new_tokens, "constrained": config.constrained,
-        "budget": config.budget, "max_clarifications": config.max_clarifications,
+        **config.policy.record(), "max_clarifications": config.max_clarifications,
         "max_plan_steps": config.max_plan_steps, "retrieve_k": config.retrieve_k,
         "harness": config.harness, "harness_fingerprint": harness_fingerprint,
     }

@@ -229,7 +229,7 @@ def provenance_section(results: list[dict[str, Any]]) -> list[str]:
             data = m.get("dataset", {})
             sft = (m.get("recipe") or {}).get("sft", {})
             rows.append([role, f"`{path}`", f"{base.get('name', '?')} `{str(base.get('content_hash'))[:16]}`",
-                         f"r={m.get('lora', {}).get('r', '?')}", f"{sft.get('max_steps', '?')} steps",
+                         f"r={m.get('lora', {}).get('r', '?')}", _training(m, sft),
                          str(m.get("system_prompt", "?")), f"`{str(data.get('fingerprint'))[:23]}`",
                          str(data.get("sizes", {}).get("train", "?"))])
         lines += ["Adapters (from their manifest.json):", ""]
@@ -350,3 +350,14 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote {page}")
     return 0
+
+
+def _training(manifest: dict, sft: dict) -> str:
+    """What the adapter was trained for: the optimizer steps it ran (its metrics), else what its
+    recipe asked for (``max_steps`` -1 means "epochs", as in transformers)."""
+    steps = (manifest.get("metrics") or {}).get("steps")
+    if steps is not None:
+        return f"{steps} steps"
+    if sft.get("max_steps", -1) not in (-1, None):
+        return f"{sft['max_steps']} steps"
+    return f"{sft.get('epochs', '?')} epoch(s)"

@@ -9,13 +9,18 @@ the roles), which is imported inside the command only.
 from __future__ import annotations
 
 import argparse
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from heart.argtypes import nonnegative_float, nonnegative_int, positive_int, probability
 
 
 def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """How the loop runs a turn, shared by ``heart collect``, ``heart run`` and their kin:
-    re-plan budget, Verifier granularity, tool-boundary middleware."""
+    """How the loop runs a turn, shared by ``heart collect``, ``heart run``, ``heart eval e2e``
+    and their kin: re-plan budget, Verifier granularity, tool-boundary middleware, relevance,
+    messages, carried validation (read back as one :class:`LoopPolicy`)."""
     parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (default 3)")
     parser.add_argument("--verify", default="step", choices=["step", "attempt"],
                         help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
@@ -32,6 +37,52 @@ def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--validation", default="default", metavar="PATH|default|none",
                         help="carried validation after execution (docs/primitives.md): default (the shipped "
                              "mined result shapes + state-change checks), none, or a result-shapes file")
+
+
+@dataclass(frozen=True)
+class LoopPolicy:
+    """The loop-policy flags (:func:`loop_policy_arguments`) as one value: what ``heart run``,
+    ``heart collect`` and ``heart eval e2e`` hand the loop, and what a collection's
+    ``manifest.json`` and an evaluation's ``e2e-run.json`` record about how their episodes ran."""
+
+    budget: int = 3
+    """Re-plan budget B (``LoopConfig.replan_budget``)."""
+    verify: str = "step"
+    """Verifier granularity: "step" or "attempt"."""
+    middleware: str = "default"
+    """"default", "none" or the path of a YAML intercept file."""
+    relevance: bool = False
+    """Relevance before selection."""
+    messages: bool = True
+    """Messages between primitives."""
+    validation: str = "default"
+    """Carried validation: "default", "none" or the path of a result-shapes file."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "LoopPolicy":
+        return cls(budget=args.budget, verify=args.verify, middleware=args.middleware, relevance=args.relevance,
+                   messages=not args.no_messages, validation=args.validation)
+
+    def loop_fields(self) -> dict[str, Any]:
+        """The ``heart.loop.LoopConfig`` fields this policy sets."""
+        return {"replan_budget": self.budget, "verify": self.verify, "middleware": self.middleware,
+                "relevance": self.relevance, "messages": self.messages, "validation": self.validation}
+
+    def record(self) -> dict[str, Any]:
+        """The policy as run folders record it: a file named by --middleware or --validation
+        with the sha256 of its content, so an edited file counts as another policy."""
+        return {**asdict(self), "middleware_sha256": _file_sha256("--middleware", self.middleware),
+                "validation_sha256": _file_sha256("--validation", self.validation)}
+
+
+def _file_sha256(flag: str, value: str) -> str | None:
+    """The content hash of the file ``value`` names (None for the keywords default and none)."""
+    if value in ("default", "none"):
+        return None
+    try:
+        return hashlib.sha256(Path(value).read_bytes()).hexdigest()
+    except OSError as err:
+        raise ValueError(f"{flag} {value}: cannot read it ({err.strerror})") from None
 
 
 def executor_arguments(parser: argparse.ArgumentParser) -> None:

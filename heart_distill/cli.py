@@ -28,7 +28,7 @@ from pathlib import Path
 from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
 from heart.runtime.engines import ENGINE_SPECS
-from heart_distill.arguments import collect_arguments, loop_policy_arguments, optimize_arguments
+from heart_distill.arguments import LoopPolicy, collect_arguments, loop_policy_arguments, optimize_arguments
 
 DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
 
@@ -159,14 +159,12 @@ def _loop_config(args: argparse.Namespace):
     from heart.harness import loop_fields
     from heart.loop import LoopConfig
 
-    fields = {"middleware": getattr(args, "middleware", "default"), **loop_fields(_harness(args))}
-    return LoopConfig(replan_budget=args.budget, retrieve_k=args.retrieve_k,
+    # a harness brings its own middleware (_harness refuses a --middleware beside it)
+    fields = {**LoopPolicy.from_args(args).loop_fields(), **loop_fields(_harness(args))}
+    return LoopConfig(retrieve_k=args.retrieve_k,
                       max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
                       short_prompts=tuple(args.short_prompt) + _library_short_prompts(args),
-                      prefill=not args.no_prefill,
-                      constrained=not args.no_constrain, verify=args.verify,
-                      relevance=getattr(args, "relevance", False), messages=not getattr(args, "no_messages", False),
-                      validation=getattr(args, "validation", "default"), **fields)
+                      prefill=not args.no_prefill, constrained=not args.no_constrain, **fields)
 
 
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:

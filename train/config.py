@@ -110,9 +110,10 @@ class DataConfig:
     """Seed of that sample."""
     max_eval_examples: int = 64
     """Evaluate on at most the first N validation examples (evaluation is costly on a CPU); 0 uses all."""
-    mode: Literal["all", "call", "relevance"] = "all"
+    mode: Literal["all", "call", "relevance", "messages"] = "all"
     """Primitive datasets only: train on the rows of this mode (column ``mode``): "call"
-    (arguments for a request), "relevance" (does the tool apply, :mod:`heart.roles.relevance`), or all."""
+    (arguments for a request), "relevance" (does the tool apply, :mod:`heart.roles.relevance`),
+    "messages" (what later steps need from a result, :mod:`heart.roles.primitive_messages`), or all."""
 
 
 @dataclass

@@ -64,6 +64,9 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
             raise ValueError(f"data.mode={data.mode}: {data.dataset_dir} has no mode column (a Primitive dataset has one)")
         splits = {name: split.filter(lambda row: row["mode"] == data.mode, keep_in_memory=True)
                   for name, split in splits.items()}
+        if not len(splits["train"]):
+            modes = sorted(set(raw["train"]["mode"]))
+            raise ValueError(f"data.mode={data.mode}: {data.dataset_dir} has no train row of this mode (it has {modes})")
     splits = {name: split.select_columns(["messages"]) for name, split in splits.items()}
     if data.max_train_examples:  # a seeded sample: the first N rows would be the first few tasks only
         sample = splits["train"].shuffle(seed=data.sample_seed, keep_in_memory=True)

@@ -214,6 +214,7 @@ class World:
         return self._backends[arm]
 
     def run_episode(self, arm: str) -> Callable:
+        from heart_distill.arguments import LoopPolicy
         from heart_distill.eval.e2e import E2EConfig, run_one
 
         models = self.models(arm)
@@ -222,7 +223,7 @@ class World:
             env, _, part = task.condition.partition(":")
             e2e = E2EConfig(env=env, out="", category=part if env == "bfcl" else None, split=SPLITS_OF_ANY,
                             roles_spec=self.config.arms[arm], model=self.config.model, engine=self.config.engine,
-                            budget=self.config.loop.get("budget", 3),
+                            policy=LoopPolicy(budget=self.config.loop.get("budget", 3)),
                             max_plan_steps=self.config.loop.get("max_plan_steps", 6), harness=harness_dir)
             return run_one(self.environment(task.condition), task.task_id, 0, backend, models, e2e)
 

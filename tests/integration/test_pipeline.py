@@ -115,3 +115,15 @@ def test_heart_pipeline_until_train_then_everything_is_skipped(tmp_path, smollm2
     assert retrain.returncode == 0, retrain.stderr[-3000:]
     assert "collect" not in retrain.stderr.split("pipeline: [1/1]")[0]
     assert (tmp_path / "run/adapters/verifier/adapter_model.safetensors").stat().st_mtime_ns != weights
+
+    # the library stage: the retrained Verifier goes before the run's library, validated on real
+    # gate rows with the real model, and the decision is recorded with its evidence
+    recipe.write_text(yaml.safe_dump({**yaml.safe_load(recipe.read_text()), "eval": {"engine": "llamacpp:f16"},
+                                      "library": {"roles": ["verifier"], "rows": 2}}))
+    admitted = heart("pipeline", "--recipe", str(recipe), "--stage", "library", cwd=tmp_path)
+    assert admitted.returncode == 0, admitted.stderr[-3000:]
+    library = json.loads((tmp_path / "run/library/library.json").read_text())
+    (decision,) = library["history"]
+    assert decision["name"] == "verifier" and decision["decision"] in ("admitted", "rejected")
+    assert 1 <= decision["lift"]["n"] <= 2 and decision["source"] == "run/adapters/verifier"
+    assert ("verifier" in library["adapters"]) == (decision["decision"] == "admitted")

@@ -184,8 +184,9 @@ def test_a_local_collection_resumes_on_ray_through_a_killed_worker(cluster, loca
 
 def test_eval_e2e_on_ray_writes_the_rows_of_the_local_executor(cluster, tmp_path):
     address, _ = cluster
+    # --relevance: the loop policy travels to the workers with the spec Ray ships them
     common = ["eval", "e2e", "--env", "bfcl", "--category", "simple", "--split", "test", "--roles", "teacher:gold",
-              "--limit", "4"]
+              "--limit", "4", "--relevance"]
     local = heart(*common, "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr[-2000:]
     on_ray = heart(*common, "--out", str(tmp_path / "ray"), "--executor", "ray", "--shard-size", "2", address=address)
@@ -199,6 +200,9 @@ def test_eval_e2e_on_ray_writes_the_rows_of_the_local_executor(cluster, tmp_path
     assert len(rows(tmp_path / "local")) == 4 and not any(row["errored"] for row in rows(tmp_path / "local"))
     results = json.loads((tmp_path / "ray" / "e2e.json").read_text())
     assert results["executor"]["kind"] == "ray" and results["counts"]["episodes"] == 4
+    judged = [row for row in map(json.loads, (tmp_path / "ray" / "trace.jsonl").open())
+              if (row.get("extra") or {}).get("mode") == "relevance"]
+    assert judged and {row["task_id"] for row in judged} == {row["task_id"] for row in rows(tmp_path / "ray")}
 
 
 def test_bad_executor_options_are_refused_before_any_work(tmp_path):

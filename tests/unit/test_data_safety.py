@@ -6,6 +6,7 @@ Each test here reproduces a way data could be lost or mixed, and fails if the gu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 
@@ -164,6 +165,50 @@ def test_concurrent_manifest_updates_lose_nothing(tmp_path, monkeypatch):
     manifest = json.loads((out / MANIFEST).read_text())
     assert sorted(c["split"] for c in manifest["collections"]) == sorted(f"split{i}" for i in range(12))
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")], "temp files left behind"
+
+
+def test_a_collection_records_its_loop_policy_and_resume_refuses_another(tmp_path, capsys):
+    from heart.middleware import DEFAULT_PATH
+
+    out, middleware = tmp_path / "run", tmp_path / "middleware.yaml"
+    middleware.write_text(DEFAULT_PATH.read_text())
+    assert collect(collect_args(out, "--middleware", str(middleware), "--no-messages")) == 0
+    (entry,) = json.loads((out / MANIFEST).read_text())["collections"]
+    assert entry["policy"] == {"budget": 3, "verify": "step", "middleware": str(middleware),
+                               "middleware_sha256": hashlib.sha256(middleware.read_bytes()).hexdigest(),
+                               "relevance": False, "messages": False, "validation": "default",
+                               "validation_sha256": None}
+    shards_before = shards(out)
+
+    for other, named in ((["--middleware", str(middleware)], "messages: False there, True now"),
+                         (["--middleware", str(middleware), "--no-messages", "--relevance"],
+                          "relevance: False there, True now")):
+        with pytest.raises(SystemExit) as refused:
+            collect(collect_args(out, *other, "--resume"))
+        assert refused.value.code == 2 and named in capsys.readouterr().err
+    middleware.write_text(DEFAULT_PATH.read_text() + "# edited\n")  # same path, other content
+    with pytest.raises(SystemExit) as refused:
+        collect(collect_args(out, "--middleware", str(middleware), "--no-messages", "--resume"))
+    assert refused.value.code == 2 and "middleware_sha256" in capsys.readouterr().err
+    assert shards(out) == shards_before  # nothing ran into the folder
+
+    # the datasets built from the run name the policy their traces were made under
+    _build(out, out / "datasets", roles=("planner",))
+    card = (out / "datasets" / "planner" / "README.md").read_text()
+    assert "loop policy of bfcl/train with `gold`" in card and '"messages": false' in card
+
+
+def test_resume_of_a_collection_whose_manifest_predates_the_policy_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert collect(collect_args(out)) == 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    entry = manifest["collections"][0]
+    del entry["policy"]
+    entry.update(replan_budget=3, verify="step", middleware="default")  # what such manifests held
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(SystemExit) as refused:
+        collect(collect_args(out, "--resume"))
+    assert refused.value.code == 2 and "before manifests recorded the loop policy" in capsys.readouterr().err
 
 
 # -- dataset build -------------------------------------------------------------------------

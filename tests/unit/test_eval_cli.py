@@ -41,3 +41,14 @@ def test_eval_e2e_rejects_a_bad_roles_spec(tmp_path, capsys):
 def test_report_without_results_is_an_error(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     assert "no roles.json or e2e.json" in capsys.readouterr().err
+
+
+def test_eval_e2e_refuses_policy_files_that_do_not_fit_before_writing_anything(tmp_path, capsys):
+    common = ["eval", "e2e", "--env", "bfcl", "--category", "simple", "--roles", "teacher:gold",
+              "--out", str(tmp_path / "out")]
+    assert main([*common, "--middleware", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+    (tmp_path / "shapes.json").write_text("{}")
+    assert main([*common, "--validation", str(tmp_path / "shapes.json")]) == 2
+    assert "not a result-shapes file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

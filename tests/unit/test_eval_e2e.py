@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from heart_distill.arguments import LoopPolicy
 from heart_distill.eval import e2e
 from heart_distill.eval.e2e import E2EConfig, gold_teacher, run
 from heart.runtime.scripted import ScriptedBackend
@@ -58,7 +59,7 @@ CASES = [
 
 @pytest.mark.parametrize("env, category, tasks", CASES)
 def test_gold_scores_one_and_perturbed_zero_by_the_benchmark_checker(tmp_path, env, category, tasks):
-    config = E2EConfig(env=env, category=category, tasks=tasks, limit=None if tasks else 2, budget=0,
+    config = E2EConfig(env=env, category=category, tasks=tasks, limit=None if tasks else 2, policy=LoopPolicy(budget=0),
                        roles_spec="teacher:gold", out=str(tmp_path / "gold"))
     gold = run(config)
     assert gold["counts"]["errored"] == 0
@@ -175,3 +176,67 @@ def test_the_unadapted_view_asks_for_the_base():
     view.generate("planner", [])
     view.generate_batch([GenerationRequest("router", [], None)])
     assert asked == ["base", "base"] and view.client() == "client"
+
+
+POLICY_FLAGS = ["--budget", "1", "--verify", "attempt", "--middleware", "none", "--relevance", "--no-messages",
+                "--validation", "none"]
+POLICY = LoopPolicy(budget=1, verify="attempt", middleware="none", relevance=True, messages=False, validation="none")
+
+
+def _parsed(*argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    e2e.add_arguments(parser)
+    return e2e.config_from_args(parser.parse_args(["--env", "bfcl", "--out", "o", *argv]))
+
+
+def test_the_loop_policy_flags_reach_the_loop_config_in_the_worker_a_ray_actor_builds(monkeypatch):
+    import pickle
+
+    import heart.episode
+    from heart.loop import LoopConfig
+
+    assert _parsed().policy == LoopPolicy()  # the flags' defaults are the policy's, and LoopConfig's
+    assert {k: getattr(LoopConfig(), k) for k in LoopPolicy().loop_fields()} == LoopPolicy().loop_fields()
+    config = _parsed(*POLICY_FLAGS)
+    assert config.policy == POLICY
+    seen = []
+
+    def capture(environment, task, backend, config, **kw):
+        seen.append(config)
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(heart.episode, "run_episode", capture)
+    for category, budget in ((None, 1), ("simple", 0)):  # single-turn BFCL: B = 0 whatever --budget says
+        side = dataclasses.replace(config, category=category, roles_spec="teacher:gold")
+        # what executors.run_jobs ships to a Ray actor: the spec, pickled
+        spec = pickle.loads(pickle.dumps(e2e.E2EWorkerSpec((side,))))
+        worker = e2e.E2EWorker(spec)
+        task = worker.environment.task_ids("test")[0]
+        worker.run_shard(0, [(0, task, 0)], lambda result: None)
+        assert {k: getattr(seen[-1], k) for k in POLICY.loop_fields()} == {**POLICY.loop_fields(),
+                                                                            "replan_budget": budget}
+
+
+def test_an_evaluation_runs_under_the_policy_its_flags_name(tmp_path):
+    out = tmp_path / "e2e"
+    assert e2e.main(["--env", "bfcl", "--category", "simple", "--limit", "1", "--roles", "teacher:gold",
+                     "--relevance", "--verify", "attempt", "--out", str(out)]) == 0
+    assert json.loads((out / e2e.RESULTS).read_text())["figures"]["success_rate"]["value"] == 1.0
+    events = [json.loads(line) for line in (out / e2e.TRACE).read_text().splitlines()]
+    modes = {(e.get("extra") or {}).get("mode") for e in events if e.get("role") == "primitive"}
+    assert "relevance" in modes  # ToolFace's candidates judged before the Planner saw them
+    recorded = json.loads((out / "e2e-run.json").read_text())
+    assert {k: recorded[k] for k in ("budget", "verify", "relevance", "messages", "middleware", "validation")} == \
+        {"budget": 3, "verify": "attempt", "relevance": True, "messages": True, "middleware": "default",
+         "validation": "default"}
+
+
+def test_harness_and_middleware_together_are_refused(tmp_path, capsys):
+    from heart.harness import Harness, save_harness
+
+    save_harness(Harness("h"), tmp_path / "harness")
+    assert e2e.main(["--env", "bfcl", "--category", "simple", "--limit", "1", "--roles", "teacher:gold",
+                     "--harness", str(tmp_path / "harness"), "--middleware", "none", "--out", str(tmp_path)]) == 2
+    assert "--harness brings its own middleware" in capsys.readouterr().err

@@ -153,3 +153,24 @@ def test_both_sides_resume_and_a_mismatch_on_either_touches_neither(tmp_path):
     with pytest.raises(ValueError, match='engine: "llamacpp" there, "peft" now'):
         e2e.run_sides(configs, resume=True)
     assert {path: path.read_bytes() for path in [*a.iterdir(), *b.iterdir()]} == before
+
+
+def test_resume_refuses_another_loop_policy_or_an_edited_policy_file(tmp_path, capsys):
+    from heart.middleware import DEFAULT_PATH
+
+    folder, middleware = tmp_path / "run", tmp_path / "middleware.yaml"
+    middleware.write_text(DEFAULT_PATH.read_text())
+    common = ["--env", "bfcl", "--category", "simple", "--roles", "teacher:gold", "--limit", "1",
+              "--middleware", str(middleware), "--out", str(folder)]
+    assert e2e.main(common) == 0
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+
+    assert e2e.main([*common, "--relevance", "--no-messages", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "relevance: false there, true now" in err and "messages: true there, false now" in err
+
+    with open(middleware, "a") as f:  # the same path, other intercepts: another policy
+        f.write("# edited\n")
+    assert e2e.main([*common, "--resume"]) == 2
+    assert "middleware_sha256" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before

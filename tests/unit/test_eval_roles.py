@@ -283,3 +283,12 @@ def test_sides_run_together_do_not_race_on_tqdms_lock(heldout, tmp_path, monkeyp
                                roles_spec=str(tmp_path / "adapters"), roles=("router", "verifier"), batch_size=4)
     results = run_sides([distilled, dataclasses.replace(distilled, roles_spec="base", out=str(tmp_path / "base"))])
     assert [r["counts"]["verifier"]["rows"] > 0 for r in results] == [True, True]
+
+
+def test_the_reports_adapter_table_names_the_steps_trained_not_the_recipes_sentinel():
+    from heart_distill.eval.report import _training
+
+    epochs = {"max_steps": -1, "epochs": 1.0}
+    assert _training({"metrics": {"steps": 32}}, epochs) == "32 steps"
+    assert _training({}, epochs) == "1.0 epoch(s)"
+    assert _training({}, {"max_steps": 5}) == "5 steps"

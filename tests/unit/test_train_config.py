@@ -122,3 +122,35 @@ def test_rerun_on_a_finished_output_dir_is_refused(tmp_path, dataset_dir):
     with pytest.raises(RecipeError, match=r"'output.dir': .* already holds a trained adapter.*output.overwrite=true"):
         load_recipe(recipe)
     assert load_recipe(recipe, ["output.overwrite=true"]).output.overwrite
+
+
+def test_every_primitive_row_mode_the_builder_writes_is_a_recipe_mode(tmp_path):
+    import typing
+
+    from datasets import Dataset, DatasetDict
+
+    from heart.roles import primitive, primitive_messages, relevance
+    from heart_distill.data.build import to_example
+    from heart_distill.train.role_data import load_role_dataset
+
+    def traced(prompt: str, mode: str | None) -> dict:
+        """A Primitive trace event as the loop writes it (extra["mode"] marks the call's mode)."""
+        return {"messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "x"}],
+                "raw_output": "{}", "episode_id": "e", "task_id": "t", "env": "bfcl", "backend": "gold", "turn": 0,
+                "attempt": 0, "step": 1, "role": "primitive", "extra": {"mode": mode} if mode else {}}
+
+    rows = [to_example(traced(primitive.SYSTEM_PROMPT, None), None),
+            to_example(traced(relevance.SYSTEM_PROMPT, relevance.MODE), None),
+            to_example(traced(primitive_messages.SYSTEM_PROMPT, primitive_messages.MODE), None)]
+    written = {row["mode"] for row in rows}
+    assert written == {"call", "relevance", "messages"}
+    assert set(typing.get_args(typing.get_type_hints(DataConfig)["mode"])) == written | {"all"}
+
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "primitive"))
+    splits, info = load_role_dataset(DataConfig(dataset_dir=str(tmp_path / "primitive"), role="primitive",
+                                                mode="messages"))
+    assert info["sizes"] == {"train": 1}
+    assert splits["train"][0]["messages"][0]["content"] == primitive_messages.SYSTEM_PROMPT
+    DatasetDict({"train": Dataset.from_list(rows[:2])}).save_to_disk(str(tmp_path / "no-messages"))
+    with pytest.raises(ValueError, match=r"data.mode=messages: .* no train row of this mode \(it has \['call', 'relevance'\]\)"):
+        load_role_dataset(DataConfig(dataset_dir=str(tmp_path / "no-messages"), role="primitive", mode="messages"))
