@@ -58,13 +58,21 @@ into the JSON form; teachers' answers start with it too, so adapters learn it ei
 INSTRUCTION = "Write the dispatch for every step of this plan."
 
 REQUEST_CHARS = 200
-VALUE_CHARS, VALUE_ITEMS, VALUE_KEYS = 512, 16, 8
+VALUE_CHARS, VALUE_ITEMS, VALUE_KEYS = 256, 8, 4
 """Limits of a binding's value when decoding is constrained: characters of a string, items of a
 list, keys of an object. The gold bindings of the BFCL and AgentDojo collections hold strings
-of 205 characters at most (78 at the 99th percentile), lists of 5 items and objects of 2 keys."""
+of 205 characters at most (78 at the 99th percentile), lists of 5 items and objects of 2 keys;
+the limits leave room above those and no more, because a string a small model never closes
+runs to its limit: a run of digits and dots ("1.0.1.1.1…") costs a SmolLM2 token per
+character, so 512 characters were more than the Router's whole token budget
+(bench/router_termination.py)."""
 _SCALAR = {"anyOf": [{"type": "string", "maxLength": VALUE_CHARS}, {"type": "number"},
                      {"type": "boolean"}, {"type": "null"}]}
-_FLAT_OBJECT = {"type": "object", "additionalProperties": _SCALAR, "maxProperties": VALUE_KEYS}
+KEY_CHARS = 64
+"""Longest key of a binding's object, or name of a code step's input (gold keys: "type",
+"file_id"): a key is a string too, and an unbounded one is a string a model may never close."""
+_FLAT_OBJECT = {"type": "object", "additionalProperties": _SCALAR, "maxProperties": VALUE_KEYS,
+                "propertyNames": {"maxLength": KEY_CHARS}}
 BINDING_VALUE = {"anyOf": [*_SCALAR["anyOf"], _FLAT_OBJECT,
                            {"type": "array", "items": {"anyOf": [*_SCALAR["anyOf"], _FLAT_OBJECT]},
                             "maxItems": VALUE_ITEMS}]}
@@ -188,7 +196,8 @@ def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) 
     def entry(step: int, tool: str) -> dict[str, Any]:
         params = tools.get(tool, {"required": [], "optional": []})
         if params.get("family") == "code":  # named inputs of the computation
-            bindings = {"type": "object", "additionalProperties": BINDING_VALUE, "maxProperties": CODE_INPUTS}
+            bindings = {"type": "object", "additionalProperties": BINDING_VALUE, "maxProperties": CODE_INPUTS,
+                        "propertyNames": {"maxLength": KEY_CHARS}}
         else:
             bindings = {"type": "object", "additionalProperties": False, "required": list(params["required"]),
                         "properties": {p: BINDING_VALUE for p in params["required"] + params["optional"]}}

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from heart.roles.common import ANSWER_SEPARATORS
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
+from heart.runtime.json_grammar import compile_answer_grammar
 
 BASE_ADAPTER = "__base__"
 """The adapter of a role that has none: the bare base answers it (peft's name for "no
@@ -98,10 +99,9 @@ class ChatFormat:
                                                           stop_token_ids=self.stop_token_ids)
                 self._compiler = xgr.GrammarCompiler(info)
             try:
-                # Compact JSON (ANSWER_SEPARATORS): what teachers write and adapters learn,
-                # and no tokens spent on whitespace.
-                self._grammars[schema] = self._compiler.compile_json_schema(
-                    schema, any_whitespace=False, separators=ANSWER_SEPARATORS)
+                # json.dumps' spacing (ANSWER_SEPARATORS) and no other whitespace, numbers
+                # of bounded digits (json_grammar says why)
+                self._grammars[schema] = compile_answer_grammar(self._compiler, schema, ANSWER_SEPARATORS)
             except Exception as err:  # an exotic tool schema: answer unconstrained, say so
                 self._grammars[schema] = f"{type(err).__name__}: {err}"
         return self._grammars[schema]

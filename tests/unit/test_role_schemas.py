@@ -103,3 +103,52 @@ def test_verifier_schema_matches_the_parser(status, mark, feedback, ok):
     assert valid(verifier.schema_for_input(payload), value) is ok
     assert verifier.parse_for_input(json.dumps(value), payload).ok is ok
     assert not valid(verifier.schema_for_input(payload), {**value, "step": 2})
+
+
+
+def test_the_served_router_grammar_takes_the_teachers_form_to_its_bounds_and_nothing_looser(smollm2_path):
+    """The Router's schema as the engines compile it (SmolLM2's tokenizer, fed token by token):
+    ``render_answer``'s spacing with values at their bounds ends the answer; one character,
+    item, key or digit more, or whitespace ``json.dumps`` would not write, is refused, so a
+    value never closed ends at its bound. A bounded string takes no escape (xgrammar 0.2.9,
+    heart/runtime/json_grammar.py): when this changes, say so there and in docs/loop.md."""
+    from heart.roles.common import render_answer
+    from heart.runtime.chat import ChatFormat
+    from heart.runtime.json_grammar import FRACTION_DIGITS, INTEGER_DIGITS
+
+    chat = ChatFormat.from_pretrained(str(smollm2_path))
+    payload = router.build_payload("q", [{"step": 1, "tool_hint": "send", "objective": "", "dependencies": []}],
+                                   {"send": {"required": ["to"], "optional": ["cc", "attachment"]}})
+    schema = json.dumps(router.schema_for_input(payload))
+
+    def takes(text):
+        matcher, meta = chat.matcher(schema)
+        assert matcher is not None, meta
+        ids = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return all(matcher.accept_token(token) for token in ids) and matcher.accept_token(chat.stop_token_ids[0])
+
+    def answer(bindings, request="Send it."):
+        return {"status": "READY", "dispatch": [{"step": 1, "target_tool": "send", "invocation_request": request,
+                                                 "resolved_bindings": bindings,
+                                                 "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}
+
+    text = "Say hi – é " + "1." * router.VALUE_CHARS
+    at_bounds = {"to": text[:router.VALUE_CHARS], "cc": list(range(router.VALUE_ITEMS)),
+                 "attachment": {"k" * router.KEY_CHARS: "v", **{f"k{i}": "v" for i in range(router.VALUE_KEYS - 1)}}}
+    assert takes(render_answer(answer(at_bounds, request=text[:router.REQUEST_CHARS])))
+    integer, fraction = int("9" * INTEGER_DIGITS), float("0." + "1" * FRACTION_DIGITS)
+    assert takes(render_answer(answer({"to": [integer, -1.5e-05, 227.12460000000002, fraction]})))
+    for key, over in (("to", text[:router.VALUE_CHARS + 1]), ("cc", list(range(router.VALUE_ITEMS + 1))),
+                      ("attachment", {f"k{i}": "v" for i in range(router.VALUE_KEYS + 1)}),
+                      ("attachment", {"k" * (router.KEY_CHARS + 1): "v"})):
+        assert not takes(render_answer(answer({**at_bounds, key: over}))), key
+    assert not takes(render_answer(answer({"to": "x"}, request=text[:router.REQUEST_CHARS + 1])))
+    assert not takes(render_answer(answer({"to": integer * 10})))
+    assert not takes(render_answer(answer({"to": "x"})).replace('"x"', "1." + "1" * (FRACTION_DIGITS + 1)))
+    assert not takes(render_answer(answer({"to": 'Say "hi"'})))
+    assert not takes(render_answer(answer({"to": "line\nbreak"})))
+    plain = answer({"to": "a@b.c"})
+    assert takes(render_answer(plain))
+    for loose in (json.dumps(plain, separators=(",", ":")), json.dumps(plain, indent=1), render_answer(plain) + " ",
+                  render_answer(plain).replace(": ", ":  ", 1)):
+        assert not takes(loose), loose
