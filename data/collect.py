@@ -233,14 +233,9 @@ def collect(args: argparse.Namespace) -> int:
     except ExecutorError as err:
         raise SystemExit(f"error: --executor ray: {err}") from None
     environment = load_environment(args.env)
-    from heart.middleware import load_middleware
     from heart.user_errors import UserError
 
-    load_middleware(args.middleware, catalog=environment.catalog())  # MiddlewareError: file and field named
-    if args.validation not in ("default", "none"):
-        from heart.validation import load_result_shapes
-
-        load_result_shapes(args.validation)  # ShapesFormatError (a UserError): the file and what is wrong
+    LoopPolicy.from_args(args).check_files(environment.catalog())
 
     try:
         teacher = TeacherFactory(args.teacher, args.fault_rate, environment,

@@ -176,18 +176,6 @@ def harness_fields(path: str | None) -> dict[str, Any]:
     return loop_fields(load_harness(path)) if path else {}
 
 
-def check_policy_files(policy: LoopPolicy, environment) -> None:
-    """Refuse, before any episode runs, a --middleware file that does not fit the environment's
-    tools or a --validation file that is not a result-shapes file (UserError: file and field)."""
-    from heart.middleware import load_middleware
-
-    load_middleware(policy.middleware, catalog=environment.catalog())
-    if policy.validation not in ("default", "none"):
-        from heart.validation import load_result_shapes
-
-        load_result_shapes(policy.validation)
-
-
 def gold_teacher(task, environment, seed: int) -> Backend:
     from heart.runtime.scripted import GoldTeacher
 
@@ -351,7 +339,7 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
         if first.policy.middleware != "default":
             raise ValueError("--harness brings its own middleware: drop --middleware (or edit the harness)")
         harness_fingerprint = load_harness(first.harness).fingerprint()
-    check_policy_files(first.policy, environment)
+    first.policy.check_files(environment.catalog())
     task_ids = environment.task_ids(first.split)
     if first.tasks:
         outside = [t for t in first.tasks if t not in task_ids]

@@ -540,7 +540,7 @@ def incumbent_with_same_weights(library: str | Path, role: str, path: str | Path
     """The library's admitted entry for ``role`` when ``path`` holds the very same adapter
     (same config and weights, byte for byte): validating an adapter against itself decides
     nothing, so a rerun of the same admission is a no-op instead of a rejection in the history."""
-    import hashlib
+    from heart.models import weights_hash
 
     if not (Path(library) / "library.json").is_file():
         return None
@@ -548,17 +548,14 @@ def incumbent_with_same_weights(library: str | Path, role: str, path: str | Path
     if entry is None:
         return None
 
-    def digest(folder: Path) -> str | None:
-        files = [folder / "adapter_config.json", *sorted(folder.glob("adapter_model.*"))]
-        if not all(f.is_file() for f in files) or len(files) < 2:
+    def identity(folder: Path) -> tuple[str, str] | None:
+        try:  # the adapter's config and its weights (heart.models.weights_hash: the safetensors)
+            return (folder / "adapter_config.json").read_text(), weights_hash(folder)
+        except FileNotFoundError:
             return None
-        h = hashlib.sha256()
-        for f in files:
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-        return h.hexdigest()
 
-    candidate = digest(Path(path))
-    return entry if candidate is not None and candidate == digest(Path(library) / entry["path"]) else None
+    candidate = identity(Path(path))
+    return entry if candidate is not None and candidate == identity(Path(library) / entry["path"]) else None
 
 
 def adapter_evidence(role: str, incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],

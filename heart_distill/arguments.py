@@ -68,6 +68,18 @@ class LoopPolicy:
         return {"replan_budget": self.budget, "verify": self.verify, "middleware": self.middleware,
                 "relevance": self.relevance, "messages": self.messages, "validation": self.validation}
 
+    def check_files(self, catalog) -> None:
+        """Refuse, before any episode runs, a --middleware file that does not fit ``catalog``
+        (the environment's tools) or a --validation file that is not a result-shapes file
+        (MiddlewareError / ShapesFormatError: UserErrors naming the file and field)."""
+        from heart.middleware import load_middleware
+
+        load_middleware(self.middleware, catalog=catalog)
+        if self.validation not in ("default", "none"):
+            from heart.validation import load_result_shapes
+
+            load_result_shapes(self.validation)
+
     def record(self) -> dict[str, Any]:
         """The policy as run folders record it: a file named by --middleware or --validation
         with the sha256 of its content, so an edited file counts as another policy."""

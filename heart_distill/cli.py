@@ -131,14 +131,8 @@ def _check_loop_arguments(args: argparse.Namespace) -> None:
 def _check_middleware(args: argparse.Namespace, environment) -> None:
     """--middleware names a usable intercept file whose tools and parameters are the
     environment's (a MiddlewareError is a UserError: one line naming the file and field)."""
-    from heart.middleware import load_middleware
-
-    load_middleware(getattr(args, "middleware", "default"), catalog=environment.catalog())
+    LoopPolicy.from_args(args).check_files(environment.catalog())
     _harness(args, environment)  # and --harness's intercepts, the same way
-    if getattr(args, "validation", "default") not in ("default", "none"):  # a usable result-shapes file
-        from heart.validation import load_result_shapes
-
-        load_result_shapes(args.validation)
 
 
 def _harness(args: argparse.Namespace, environment=None):
