@@ -315,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="folder with planner/router/primitive/verifier adapters: adds heart-distilled")
     parser.add_argument("--budget", type=int, default=0, help="HEART re-plan budget B")
     parser.add_argument("--max-plan-steps", type=int, default=3)
+    parser.add_argument("--router-mode", choices=["plan", "step"], default="plan",
+                        help="the Router's mode, the one its adapter learned (docs/loop.md)")
     parser.add_argument("--max-new-tokens", type=int, default=384, help="per role call / model turn")
     parser.add_argument("--baseline-calls", type=int, default=4, help="most tool calls of the single-model baseline")
     parser.add_argument("--traces", type=Path, default=None, help="keep the HEART traces here (default: a temp folder)")
@@ -365,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: suite {args.suite!r} has no injectable, non-vacuous user task", file=sys.stderr)
         return 2
     config = LoopConfig(replan_budget=args.budget, max_clarifications=0, max_plan_steps=args.max_plan_steps,
+                        router_mode=args.router_mode,
                         constrained=True)
     # Adapters trained on a role's short system prompt (context distillation) are served with it.
     distilled_config = dataclasses.replace(config, short_prompts=short_prompts)

@@ -40,6 +40,7 @@ from heart_distill.data.filters import (
     EpisodeFacts,
     Example,
     balance_verdicts,
+    clipped_fields,
     dedupe,
     first_failing_filter,
     is_relevance,
@@ -426,6 +427,7 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
                 kept_ids = {id(e) for e in kept}
                 by_split[split] = [e for e in by_split[split] if e.get("mode") != "relevance" or id(e) in kept_ids]
                 removed["relevance_balance"] += dropped
+        _refuse_clipped(role, [e for rows in by_split.values() for e in rows])
         tasks = {split: {(e["env"], e["task_id"]) for e in rows} for split, rows in by_split.items()}
         overlap = tasks["train"] & tasks["validation"]
         if overlap:  # a real check, not an assert: -O must not switch it off
@@ -481,6 +483,30 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
         report.roles[role] = role_report
 
     report.timings_s = {"dedupe_split_balance": select_s, "save": save_s, "card": card_s}
+
+
+class ClippedTargetError(ValueError):
+    """A role dataset would teach a clause cut off with "…"."""
+
+
+def _refuse_clipped(role: str, examples: list[Example]) -> None:
+    """Refuse to build a dataset whose targets hold a clipped clause: a student learns to
+    write the fragment (:func:`heart_distill.data.filters.clipped_fields`)."""
+    bad = []
+    for example in examples:
+        try:
+            answer = json.loads(example["messages"][-1]["content"])
+        except ValueError:
+            continue
+        fields = clipped_fields(role, answer)
+        if fields:
+            bad.append((example, fields, answer))
+    if bad:
+        example, fields, _ = bad[0]
+        raise ClippedTargetError(
+            f"{role}: {len(bad)} target(s) hold a clause cut off with an ellipsis in a natural-language field "
+            f"(first: {example['env']}/{example['task_id']}, field {fields[0]}); the teacher must write "
+            "whole sentences")
 
 
 @contextmanager

@@ -256,8 +256,10 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     from heart.roles.planner import shown_tools
     from heart.roles.router import is_read_only
 
+    from heart_distill.data.filters import clipped_fields
+
     stats: dict[str, Any] = {"examples": len(examples)}
-    valid = 0
+    valid = clipped = 0
     outside = planner_ok = literal_total = literal_missing = 0
     by_kind: dict[str, dict[str, int]] = {}
     fails = clean_fails = 0
@@ -266,6 +268,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         payload, answer = _payload_and_answer(example)
         if payload is None or not isinstance(answer, dict):
             continue
+        clipped += bool(clipped_fields(role, answer))
         module = relevance if role == "primitive" and relevance.is_relevance_input(payload) else ROLE_MODULES[role]
         try:
             valid += jsonschema.Draft202012Validator(module.schema_for_input(payload)).is_valid(answer)
@@ -293,6 +296,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
                 clean_fails += bool(example.get("executed_cleanly"))
     n = len(examples)
     stats["schema_valid_rate"] = round(valid / n, 4) if n else None
+    stats["clipped_targets"] = clipped
     if role == "planner":
         stats["only_shown_tools_rate"] = round(planner_ok / n, 4) if n else None
         stats["tools_outside_retrieval"] = outside
@@ -311,7 +315,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
 def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, Any]) -> list[str]:
     """Card lines for :func:`quality_stats` and the token comparison."""
     lines = ["", "## Learnability checks", "",
-             f"- targets valid against the serving schema (`schema_for_input`): {quality.get('schema_valid_rate')}"]
+             f"- targets valid against the serving schema (`schema_for_input`): {quality.get('schema_valid_rate')}",
+             f"- targets with a clause cut off with \"…\" in a natural-language field: {quality.get('clipped_targets')} "
+             "(the build refuses any)"]
     if role == "planner":
         lines.append(f"- plans using only retrieved (shown) tools: {quality.get('only_shown_tools_rate')} "
                      f"(tools outside retrieval: {quality.get('tools_outside_retrieval')})")

@@ -214,6 +214,40 @@ def router_ungrounded(event: Event) -> list[tuple[str, Any]]:
             for pair in ungrounded_literals(d.get("resolved_bindings", {}), user)]
 
 
+NATURAL_LANGUAGE_FIELDS: dict[str, tuple[str, ...]] = {
+    "planner": ("intent.task", "intent.objective", "intent.constraints.*", "plan.*.objective", "clarification"),
+    "router": ("dispatch.*.invocation_request",),
+    "primitive": ("reason", "how", "messages.*.note"),
+    "verifier": ("feedback",),
+}
+"""The fields of each role's answer that a teacher writes in words (dotted paths, ``*`` for
+every item of a list): the ones that must hold whole sentences."""
+
+
+def clipped_fields(role: str, answer: Any) -> list[str]:
+    """The natural-language fields of ``answer`` (:data:`NATURAL_LANGUAGE_FIELDS`) that hold
+    a clause cut off with an ellipsis: ``["plan.2.objective", …]``."""
+    from heart.roles.common import is_clipped
+
+    found: list[str] = []
+
+    def walk(value: Any, keys: list[str], path: list[str]) -> None:
+        if not keys:
+            if is_clipped(value):
+                found.append(".".join(path))
+            return
+        key, rest = keys[0], keys[1:]
+        if key == "*":
+            for index, item in enumerate(value if isinstance(value, list) else []):
+                walk(item, rest, [*path, str(index)])
+        elif isinstance(value, dict) and key in value:
+            walk(value[key], rest, [*path, key])
+
+    for spec in NATURAL_LANGUAGE_FIELDS.get(role, ()):
+        walk(answer, spec.split("."), [])
+    return found
+
+
 @dataclass(frozen=True)
 class EventFilter:
     """A rule that keeps or drops one event of one of ``roles``."""

@@ -43,7 +43,10 @@ def build_heldout(run_dir: str | Path, out_dir: str | Path, split: str = "test",
         rows = [e for e in collector.examples[role] if split_of(e["env"], e["task_id"]) == split]
         rows, _ = dedupe(rows)
         counts[role] = len(rows)
-        dataset = Dataset.from_list(rows, features=features_for(role))
+        features = features_for(role)
+        # an empty split keeps its columns: from_list([]) would infer none
+        dataset = Dataset.from_list(rows, features=features) if rows \
+            else Dataset.from_dict({name: [] for name in features}, features=features)
         DatasetDict({split: dataset}).save_to_disk(str(out_dir / role))
     return counts
 

@@ -8,6 +8,7 @@ Algorithm 1 (HEART, Appendix C), as the paper writes it::
         π ← PLANNER(q, T_q, C)                  # intent, sufficiency, plan (or a question)
         D ← ROUTER(π, C)                        # bindings, $step_j references, h-params
         for each step k of π:
+            β_k ← ROUTER(π_k, C)                # (line 9: the per-step form of the same call)
             r_k ← P_k(x_k; c)                   # Eq. 1: the Primitive gets the upstream result c
             v_k, ϕ_k ← VERIFIER(r_k, π_k, s_k)  # the step, its plan entry, its tool schema
             if v_k = FAIL:  C ← C ∪ {ϕ_k};  b ← b + 1;  re-plan;  break
@@ -25,6 +26,14 @@ unrelated steps.
 
 Where it departs from the paper, and why:
 
+- **Two Router modes** (``LoopConfig.router_mode``). Algorithm 1 writes the Router both
+  ways: ``D ← ROUTER(π, C)`` once per plan (Appendix D.2's whole-plan dispatch: ``plan``)
+  and ``β_k ← ROUTER(π_k, C)`` per step (``step``). In ``step`` mode :meth:`run_steps`
+  routes each step when its dependencies have run, showing their results' fields, so a
+  value produced upstream is bound as a reference to the step and field that hold it; the
+  step's invocation request is then written by code from its bindings
+  (:func:`heart.roles.router.invocation_request`), and no messages are sent (the Router
+  reads the upstream fields itself).
 - **Final answer.** Algorithm 1 returns the results; users need a sentence. The turn's
   response is assembled deterministically from the results of the steps that ran (no model
   call, so nothing can be invented or copied from hidden answers); with an empty plan it
@@ -205,10 +214,16 @@ class LoopConfig:
     """Candidates the relevance step judges."""
     relevance_shown: int = 10
     """Most applying candidates shown to the Planner."""
+    router_mode: Literal["plan", "step"] = router.DEFAULT_MODE
+    """"plan": one Router call dispatches the whole plan before any step runs (Appendix D.2);
+    "step": one Router call per step, after its dependencies ran, with their results
+    (Algorithm 1 line 9; see the module docstring)."""
 
     def __post_init__(self) -> None:
         if self.verify not in ("step", "attempt"):
             raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
+        if self.router_mode not in router.MODES:
+            raise ValueError(f"router_mode must be one of {', '.join(router.MODES)}, got {self.router_mode!r}")
         if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 \
                 or self.replan_tools < 0 or self.relevance_candidates < 1 or self.relevance_shown < 1 \
                 or (self.retrieve_k is not None and self.retrieve_k < 1):
@@ -258,14 +273,15 @@ def referenced_steps(value: Any) -> set[int]:
     return {int(m.group(1)) for m in REFERENCE.finditer(value)} if isinstance(value, str) else set()
 
 
-def readers(step: int, plan_steps: dict, pending: dict[int, Dispatch]) -> list[dict[str, Any]]:
+def readers(step: int, plan_steps: dict, pending: dict[int, Dispatch | None]) -> list[dict[str, Any]]:
     """The pending steps whose bindings read ``step``'s result, as the messages input shows
-    them (:func:`heart.roles.primitive_messages.dependent`)."""
+    them (:func:`heart.roles.primitive_messages.dependent`); a step not routed yet (step
+    mode) reads nothing so far."""
     return [primitive_messages.dependent(s, d.target_tool, plan_steps[s].objective,
                                          [name for name, value in d.resolved_bindings.items()
                                           if step in referenced_steps(value)])
             for s, d in sorted(pending.items())
-            if any(step in referenced_steps(v) for v in d.resolved_bindings.values())]
+            if d is not None and any(step in referenced_steps(v) for v in d.resolved_bindings.values())]
 
 
 MESSAGE_VALUE_CHARS = 300
@@ -385,12 +401,15 @@ class HeartLoop:
                 attempt.verdict = "PASS"
                 return result("PASS", NO_TOOL_RESPONSE)
 
-            # D ← ROUTER(π, C)
-            dispatch = self.route(context, plan, attempt)
-            if dispatch is None:
-                feedback.append(attempt.feedback)
-                continue
-            attempt.dispatch = dispatch
+            # D ← ROUTER(π, C); in step mode β_k ← ROUTER(π_k, C) inside run_steps
+            if self.config.router_mode == "plan":
+                dispatch = self.route(context, plan, attempt)
+                if dispatch is None:
+                    feedback.append(attempt.feedback)
+                    continue
+                attempt.dispatch = dispatch
+            else:
+                attempt.dispatch = RouterOutput(status="READY", dispatch=[])
 
             # for each step k: r_k ← P_k(x_k; c); VERIFIER(r_k, π_k, s_k); FAIL → C ∪ {ϕ_k}, break
             self.run_steps(context, attempt)
@@ -440,25 +459,37 @@ class HeartLoop:
         """Run the attempt's steps in dependency + priority order, verifying as configured;
         sets ``attempt.verdict`` and, on FAIL, ``attempt.feedback``."""
         plan_steps = {s.step: s for s in attempt.plan.plan}
-        pending = {d.step: d for d in attempt.dispatch.dispatch}
+        # step → its dispatch; in step mode None until the step is ready and routed
+        pending: dict[int, Dispatch | None] = (
+            {d.step: d for d in attempt.dispatch.dispatch} if self.config.router_mode == "plan"
+            else dict.fromkeys(plan_steps))
         done: set[int] = set()  # steps that succeeded: their dependants may run
         while pending:
             blocked = {s: d for s, d in pending.items()
                        if any(dep in attempt.results and dep not in done for dep in plan_steps[s].dependencies)}
             for s in sorted(blocked):
                 failed = [dep for dep in plan_steps[s].dependencies if dep in attempt.results and dep not in done]
-                attempt.results[s] = Envelope("SKIPPED", pending.pop(s).target_tool,
+                pending.pop(s)
+                attempt.results[s] = Envelope("SKIPPED", plan_steps[s].tool_hint,
                                               details=f"not run: step(s) {failed} did not succeed",
                                               summary=f"not run: step(s) {failed} did not succeed")
-            ready = [d for s, d in pending.items() if all(dep in done for dep in plan_steps[s].dependencies)]
+            ready = [s for s in pending if all(dep in done for dep in plan_steps[s].dependencies)]
             if not ready:
                 if pending and not blocked:  # only when a dependency is never dispatched
                     for s in sorted(pending):
-                        attempt.results[s] = Envelope("SKIPPED", pending.pop(s).target_tool,
+                        pending.pop(s)
+                        attempt.results[s] = Envelope("SKIPPED", plan_steps[s].tool_hint,
                                                       details="not run: a dependency was not dispatched",
                                                       summary="not run: a dependency was not dispatched")
                 continue
-            d = min(ready, key=lambda d: (-PRIORITY_RANK[d.h_params.priority], d.step))
+            for s in ready:  # β_k ← ROUTER(π_k, C): step mode routes a step once it is ready
+                if pending[s] is None:
+                    pending[s] = self.route_step(context, attempt, plan_steps[s])
+                    if pending[s] is None:
+                        attempt.verdict = "ERROR"
+                        return
+                    attempt.dispatch.dispatch.append(pending[s])
+            d = min((pending[s] for s in ready), key=lambda d: (-PRIORITY_RANK[d.h_params.priority], d.step))
             del pending[d.step]
             envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps, context.get("ledger"),
                                                                             context.get("calls"))
@@ -494,9 +525,11 @@ class HeartLoop:
             attempt.feedback = verdict.feedback
 
     # -- the four roles --------------------------------------------------------------------
-    def _system(self, module) -> str:
+    def _system(self, module, full: str | None = None) -> str:
+        """The role's system prompt: its short one for a context-distilled role, else ``full``
+        (default: the module's ``SYSTEM_PROMPT``), with a harness's edits."""
         short = module.ROLE in self.config.short_prompts
-        prompt = module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
+        prompt = module.SHORT_SYSTEM_PROMPT if short else (full or module.SYSTEM_PROMPT)
         for role, edit, text in self.config.prompt_edits:  # a harness's edits (heart.harness)
             if role == module.ROLE:
                 prompt = text if edit == "replace" else f"{prompt}\n{text}"
@@ -507,7 +540,8 @@ class HeartLoop:
         constrained by the schema the payload implies."""
         prefill = module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained else ""
         schema = module.schema_for_input(payload) if self.config.constrained else None
-        return self.roles.call(module.ROLE, module.build_messages(payload, system_prompt=self._system(module)),
+        full = router.system_prompt_for(payload) if module is router else None
+        return self.roles.call(module.ROLE, module.build_messages(payload, system_prompt=self._system(module, full)),
                                lambda text: module.parse_for_input(text, payload), attempt, step=step,
                                record=record, prefill=prefill, schema=schema)
 
@@ -541,6 +575,28 @@ class HeartLoop:
             return None
         self.observe("dispatch", {"attempt": attempt.attempt, "dispatch": call.result.value})
         return call.result.value
+
+    def route_step(self, context: dict[str, Any], attempt: Attempt, step) -> Dispatch | None:
+        """β_k ← ROUTER(π_k, C): the step-mode Router call for one ready ``step``, shown the
+        results of the steps it depends on; its invocation request written from its bindings."""
+        tools = {step.tool_hint: router.parameters_for(step.tool_hint, self.primitive_tool(step.tool_hint).spec.parameters)}
+        upstream = [router.upstream_entry(dep, attempt.results[dep].tool, attempt.results[dep].summary,
+                                          attempt.results[dep].result)
+                    for dep in step.dependencies if dep in attempt.results and attempt.results[dep].ok]
+        payload = router.build_step_payload(
+            context["query"], {"step": step.step, "tool_hint": step.tool_hint, "objective": step.objective,
+                               "dependencies": step.dependencies},
+            tools, upstream, conversation=context["conversation"], clarifications=context["clarifications"],
+            executed_so_far=context["executed"], feedback=context["feedback"])
+        call = self._ask(router, payload, attempt.attempt, step=step.step)
+        if not call.ok:
+            self._attempt_error(attempt, "router", call.result.error)
+            return None
+        routed = call.result.value.dispatch[0]
+        routed = routed.model_copy(update={"invocation_request": router.invocation_request(
+            routed.target_tool, routed.resolved_bindings, step.objective)})
+        self.observe("dispatch", {"attempt": attempt.attempt, "dispatch": RouterOutput(status="READY", dispatch=[routed])})
+        return routed
 
     def run_primitive(self, d: Dispatch, attempt: Attempt, plan_steps: dict,
                       ledger: TurnLedger | None = None, calls: TurnCalls | None = None) -> Envelope:

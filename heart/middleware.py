@@ -40,12 +40,13 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from heart.coercion import CONSTRAINT_VIOLATION, SCHEMA_RESOLUTION, coerce, match_enum
 from heart.user_errors import UserError
 
 FORMAT = "heart-middleware/1"
 PATTERNS = ("silent_correction", "error_blocking", "prerequisite_blocking")
 CORRECTIONS = ("json_unwrap", "coerce_type", "enum_casefold", "rename")
-FAILURE_TYPES = ("SCHEMA_RESOLUTION", "CONSTRAINT_VIOLATION")
+FAILURE_TYPES = (SCHEMA_RESOLUTION, CONSTRAINT_VIOLATION)
 DEFAULT_PATH = Path(__file__).parent / "intercepts" / "default.yaml"
 RECORD_CHARS = 200
 """A before/after value longer than this (as JSON) is recorded cut."""
@@ -105,7 +106,7 @@ class Context:
 
 def _conforms(value: Any, spec: dict[str, Any]) -> bool:
     """Whether ``value`` already has ``spec``'s type, deeply (array items, object properties);
-    where it does, :func:`heart.primitives._coerce` would leave it unchanged."""
+    where it does, :func:`heart.coercion.coerce` would leave it unchanged."""
     kind = spec.get("type")
     if value is None or kind is None or isinstance(kind, list):
         return True
@@ -369,8 +370,6 @@ class Middleware:
     # silent correction, one value (inside binding, where coercion always was)
     def correct(self, tool: str, name: str, value: Any, spec: dict[str, Any],
                 records: list[dict[str, Any]] | None) -> Any:
-        from heart.primitives import _coerce, _match_enum  # the correctors (primitives imports us lazily too)
-
         for i in self._of("silent_correction", ("json_unwrap", "coerce_type", "enum_casefold")):
             if not i.applies_to(tool) or i.parameter not in ("*", name):
                 continue
@@ -381,14 +380,14 @@ class Middleware:
                 loaded = _json_container(value)
                 after = value if loaded is MISSING else loaded
             elif kind == "coerce_type":
-                after = _coerce(value, spec, name)  # raises BindingError: unreadable as the type
+                after = coerce(value, spec, name)  # raises BindingError: unreadable as the type
             else:
                 options, per_item = _enum_of(spec)
                 if options is None:
                     continue
-                after = ([_match_enum(v, options, f"{name}[{k}]") for k, v in enumerate(value)]
+                after = ([match_enum(v, options, f"{name}[{k}]") for k, v in enumerate(value)]
                          if per_item and isinstance(value, list) else
-                         value if per_item else _match_enum(value, options, name))
+                         value if per_item else match_enum(value, options, name))
             if records is not None and _canonical(after) != _canonical(value):
                 records.append({"id": i.id, "pattern": i.pattern, "tool": tool, "parameter": name,
                                 "before": _clip(value), "after": _clip(after)})

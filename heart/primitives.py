@@ -47,12 +47,13 @@ from typing import Any, Iterator
 import jsonschema
 
 from heart import sandbox
+# the argument correctors and the binding failure types (re-exported: heart.primitives is where
+# callers take BindingError, SCHEMA_RESOLUTION and CONSTRAINT_VIOLATION from)
+from heart.coercion import CONSTRAINT_VIOLATION, SCHEMA_RESOLUTION, BindingError  # noqa: F401
 from heart.middleware import Middleware, TurnCalls, default_middleware
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PARAMETERS, CODE_PRIMITIVE, family  # noqa: F401
 from heart.toolface import Tool, ToolSpec
 
-SCHEMA_RESOLUTION = "SCHEMA_RESOLUTION"
-CONSTRAINT_VIOLATION = "CONSTRAINT_VIOLATION"
 RUNTIME_ERROR = "RUNTIME_ERROR"
 
 SUMMARY_CHARS = 240
@@ -183,80 +184,6 @@ def summarize_result(tool: str, result: Any) -> str:
     else:
         body = str(result)
     return one_line(f"{tool} returned {body}".rstrip(".") + ".", SUMMARY_CHARS)
-
-
-class BindingError(Exception):
-    def __init__(self, failure_type: str, details: str):
-        super().__init__(details)
-        self.failure_type = failure_type
-        self.details = details
-
-
-# -- coercion ----------------------------------------------------------------------------
-
-_TRUE = {"true", "yes", "y", "1", "on"}
-_FALSE = {"false", "no", "n", "0", "off"}
-
-
-def _coerce(value: Any, schema: dict[str, Any], where: str) -> Any:
-    """Coerce ``value`` towards ``schema``'s type where the intent is unambiguous."""
-    kind = schema.get("type")
-    if value is None or kind is None or isinstance(kind, list):
-        return value
-    try:
-        if kind == "integer":
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            if isinstance(value, str):
-                return int(value.strip())
-        elif kind == "number":
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, str):
-                return float(value.strip())
-        elif kind == "boolean":
-            if isinstance(value, str):
-                lowered = value.strip().lower()
-                if lowered in _TRUE:
-                    return True
-                if lowered in _FALSE:
-                    return False
-                raise ValueError
-            if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
-                return bool(value)
-        elif kind == "string":
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return str(value)
-        elif kind == "array":
-            if isinstance(value, str) and value.strip().startswith("["):
-                value = json.loads(value)
-            if not isinstance(value, list):
-                value = [value]
-            items = schema.get("items")
-            if isinstance(items, dict):
-                value = [_coerce(v, items, f"{where}[{i}]") for i, v in enumerate(value)]
-            return value
-        elif kind == "object":
-            if isinstance(value, str) and value.strip().startswith("{"):
-                value = json.loads(value)
-            if isinstance(value, dict):
-                props = schema.get("properties", {})
-                return {k: _coerce(v, props.get(k, {}), f"{where}.{k}") for k, v in value.items()}
-    except (ValueError, json.JSONDecodeError):
-        raise BindingError(SCHEMA_RESOLUTION, f"{where}: cannot read {value!r} as {kind}") from None
-    return value
-
-
-def _match_enum(value: Any, options: list[Any], where: str) -> Any:
-    if value in options:
-        return value
-    if isinstance(value, str):
-        folded = {str(o).casefold(): o for o in options}
-        if value.strip().casefold() in folded:
-            return folded[value.strip().casefold()]
-    raise BindingError(CONSTRAINT_VIOLATION, f"{where}: {value!r} is not one of {options}")
 
 
 def _undefaulted_parameters(fn: Any) -> set[str]:

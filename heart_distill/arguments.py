@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from heart.argtypes import nonnegative_float, nonnegative_int, positive_int, probability
+from heart.roles import router
 
 
 def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,10 @@ def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-messages", action="store_true",
                         help="no messages between primitives (a passed step's Primitive tells the steps that "
                              "read its result which field they need; docs/primitives.md)")
+    parser.add_argument("--router-mode", default=router.DEFAULT_MODE, choices=list(router.MODES),
+                        help=f"plan: one Router call dispatches the whole plan (HEART D.2); step: one call per step, "
+                             f"after its dependencies ran, shown their results (default {router.DEFAULT_MODE}; "
+                             "docs/loop.md)")
     parser.add_argument("--validation", default="default", metavar="PATH|default|none",
                         help="carried validation after execution (docs/primitives.md): default (the shipped "
                              "mined result shapes + state-change checks), none, or a result-shapes file")
@@ -57,16 +62,19 @@ class LoopPolicy:
     """Messages between primitives."""
     validation: str = "default"
     """Carried validation: "default", "none" or the path of a result-shapes file."""
+    router_mode: str = router.DEFAULT_MODE
+    """The Router's mode: "plan" (whole-plan dispatch) or "step" (one call per step)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "LoopPolicy":
         return cls(budget=args.budget, verify=args.verify, middleware=args.middleware, relevance=args.relevance,
-                   messages=not args.no_messages, validation=args.validation)
+                   messages=not args.no_messages, validation=args.validation, router_mode=args.router_mode)
 
     def loop_fields(self) -> dict[str, Any]:
         """The ``heart.loop.LoopConfig`` fields this policy sets."""
         return {"replan_budget": self.budget, "verify": self.verify, "middleware": self.middleware,
-                "relevance": self.relevance, "messages": self.messages, "validation": self.validation}
+                "relevance": self.relevance, "messages": self.messages, "validation": self.validation,
+                "router_mode": self.router_mode}
 
     def check_files(self, catalog) -> None:
         """Refuse, before any episode runs, a --middleware file that does not fit ``catalog``

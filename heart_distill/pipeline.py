@@ -36,6 +36,7 @@ import yaml
 from pydantic import Field
 
 from heart import ROLES
+from heart.roles import FORMATS_VERSION
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.recipes import RecipeError, Role, load_roles, validate_sections
@@ -69,6 +70,9 @@ class CollectConfig:
     """One episode per task per seed."""
     concurrency: Annotated[int, Field(gt=0)] = 8
     """Episodes run at once."""
+    router_mode: Literal["plan", "step"] = "plan"
+    """The Router's mode in both collections, train and test (``heart collect --router-mode``):
+    its dataset, and so its adapter, learn that mode's inputs and answers."""
 
 
 @dataclass
@@ -218,9 +222,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     run = Path(config.run_dir)
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
     faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
+    mode = ["--router-mode", c.router_mode] if c.router_mode != "plan" else []
     executor = config.executor.arguments()
     collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
-                "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency),
+                "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency), *mode,
                 "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else []), *executor]
                for env in c.envs]
     roles_yaml = recipe_dir / t.recipe
@@ -231,7 +236,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
               "output.overwrite=true", *t.overrides]]
     test_faults = ["--fault-rate", str(h.fault_rate)] if h.fault_rate else []
     collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, *test_faults,
-                     "--concurrency", str(c.concurrency), "--out", str(run / "collect-test"),
+                     "--concurrency", str(c.concurrency), *mode, "--out", str(run / "collect-test"),
                      *(["--limit", str(h.limit)] if h.limit else []), *executor] for env in h.envs]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
@@ -352,7 +357,8 @@ def fingerprint(paths: list[Path]) -> str:
 
 
 def stage_key(stage: Stage) -> str:
-    payload = json.dumps({"version": STAMP_VERSION, "stage": stage.name, "commands": stage.commands,
+    payload = json.dumps({"version": STAMP_VERSION, "formats": FORMATS_VERSION, "stage": stage.name,
+                          "commands": stage.commands,
                           "inputs": fingerprint(stage.inputs)}, sort_keys=True)
     return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
 

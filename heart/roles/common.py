@@ -103,6 +103,83 @@ def clip_phrase(text: str, limit: int) -> str:
     return " ".join(words).rstrip(",;:")
 
 
+CLIPPED_MARKS = ("…", "...")
+"""What a cut-off clause ends with: no natural-language field a teacher writes carries one."""
+
+
+def is_clipped(text: Any) -> bool:
+    """Whether ``text`` holds a clause cut off with an ellipsis."""
+    return isinstance(text, str) and any(mark in text for mark in CLIPPED_MARKS)
+
+
+def whole_parts(parts: list[str], render, limit: int) -> str:
+    """``render(parts[:n])`` for the largest ``n`` whose text fits in ``limit`` characters
+    (``render([])`` when none does): parts are kept or dropped whole, never cut, so every
+    sentence a teacher writes is complete."""
+    n = len(parts)
+    while n > 0 and len(render(parts[:n])) > limit:
+        n -= 1
+    return render(parts[:n])
+
+
+_CONJUNCTIONS = {"and", "then", "but", "so", "or"}
+_CLAUSE_END = re.compile(r"\s*(?:[,;:]\s+|\s+(?:and|then|but|so)\s+)")
+
+
+def first_clause(sentence: str, limit: int) -> str:
+    """``sentence`` (one line) when it fits in ``limit`` characters; else its longest run of
+    leading clauses that fits (cut at ", ", "; ", " and ", " then "…), ended with a period;
+    else "" — a whole clause or nothing, never half of one."""
+    sentence = " ".join(str(sentence).split())
+    if len(sentence) <= limit:
+        return sentence
+    best = ""
+    for match in _CLAUSE_END.finditer(sentence):
+        head = sentence[:match.start()].rstrip(" ,;:")
+        while head.rsplit(" ", 1)[-1].lower() in _CONJUNCTIONS:  # ", and then": the clause before both
+            head = head.rsplit(" ", 1)[0].rstrip(" ,;:") if " " in head else ""
+        if not head:
+            continue
+        if len(head) + 1 > limit:
+            break
+        best = head + ("" if head.endswith((".", "?", "!")) else ".")
+    return best
+
+
+_PHRASE_BREAKS = frozenset("to for with in on from by at that which when where if using given into".split())
+
+
+def lead_phrase(text: str, limit: int, stretch: float = 1.5) -> str:
+    """The leading phrase of ``text`` (one line) within ``limit`` characters: the text when it
+    fits; else its words before the last preposition or relative word that leaves a phrase
+    within ``limit``, without a trailing function word ("Get the list of users in the given
+    channel" → "Get the list of users"); else, when no break fits, the whole text when it is
+    at most ``stretch`` × ``limit`` ("Get the list of the most recent transactions"): a whole
+    phrase rather than one cut in its middle. :func:`clip_phrase` only past that."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    words = text.split()
+    for i in range(len(words) - 1, 1, -1):
+        if words[i].lower() not in _PHRASE_BREAKS:
+            continue
+        head = words[:i]
+        while len(head) > 1 and head[-1].lower().strip(",;:") in FUNCTION_WORDS | _PHRASE_BREAKS:
+            head.pop()
+        phrase = " ".join(head).rstrip(",;:")
+        if len(head) > 1 and len(phrase) <= limit:
+            return phrase
+    return text if len(text) <= stretch * limit else clip_phrase(text, limit)
+
+
+def quoted_value(value: Any) -> str:
+    """A value inside natural-language text, quoted with single quotes: escaped double quotes
+    inside JSON strings are what the serving grammar handles worst."""
+    if isinstance(value, str):
+        return "'" + value.replace('"', "'") + "'"
+    return json.dumps(value, ensure_ascii=False).replace('"', "'")
+
+
 MAX_JSON_CANDIDATES = 256
 """How many ``{`` positions a parser tries as the start of the answer before giving up."""
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from heart.families import CODE_PRIMITIVE
-from heart.roles.common import FUNCTION_WORDS, ParseResult, build_role_messages, clip_phrase, clip_words, parse_model
+from heart.roles.common import FUNCTION_WORDS, ParseResult, build_role_messages, clip_words, lead_phrase, parse_model
 
 ROLE = "planner"
 
@@ -49,7 +49,7 @@ CLARIFICATION_CHARS = 120
 
 # What the Planner's input keeps (see build_payload): it chooses tools, it does not bind
 # values, so it needs the gist of the recent turns, not their payloads.
-DESCRIPTION_CHARS = 28
+DESCRIPTION_CHARS = 40
 """A tool's line in the Planner's input: its own first sentence, at most this long; the
 name carries the rest."""
 CONVERSATION_TURNS = 1
@@ -116,10 +116,10 @@ class PlannerOutput(BaseModel):
 
 def tool_line(description: str, name: str = "") -> str:
     """A tool's own first sentence (BFCL: the text after "Tool description:"), its first
-    words when longer than :data:`DESCRIPTION_CHARS` (:func:`clip_phrase`); empty when it
+    words when longer than :data:`DESCRIPTION_CHARS` (:func:`lead_phrase`); empty when it
     only restates the tool's ``name`` ("post_tweet": "Post a tweet")."""
     text = " ".join(description.split("Tool description:")[-1].split())
-    line = clip_phrase(text.split(". ")[0].rstrip(".…").strip(), DESCRIPTION_CHARS)
+    line = lead_phrase(text.split(". ")[0].rstrip(".…").strip(), DESCRIPTION_CHARS)
     return "" if name and _content_words(line) <= _content_words(name) else line
 
 

@@ -1,5 +1,17 @@
 """Router (HEART Appendix D.2): one dispatch per plan step, with bindings and h-params.
 
+Two modes (``LoopConfig.router_mode``):
+
+- ``plan``: Appendix D.2 — one call per plan, before any step runs, dispatching every step;
+  a value produced upstream can only be a reference, and the Router writes each step's
+  ``invocation_request``.
+- ``step``: Algorithm 1's βk ← ROUTER(πk, C) — one call per step, once its dependencies have
+  run, with their results as listed fields (:func:`result_fields`): a value an upstream
+  result holds is bound as the reference to the step and field that hold it
+  (``$step_j.result.FIELD``), and the answer is that one step's bindings and h-params; the
+  invocation request is written by code from the bindings (:func:`invocation_request`), so
+  no token of the Router's answer is free wording.
+
 Bindings are literal values grounded in the Router's input (the query, the clarifications,
 the conversation, earlier results), or references ``$step_j.field`` to the result of an
 earlier step of the plan, resolved when step j has run. Every required parameter is
@@ -18,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from heart.families import CODE_PRIMITIVE
-from heart.roles.common import ParseResult, build_role_messages, parse_model
+from heart.roles.common import ParseResult, build_role_messages, parse_model, quoted_value, whole_parts
 
 ROLE = "router"
 
@@ -49,13 +61,31 @@ Given the user's query, the clarifications, the conversation so far, earlier res
 Answer with one JSON object and nothing else:
 {"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "invocation_request": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
 
+STEP_SYSTEM_PROMPT = """You are the Router of a tool-using assistant.
+Given the user's query, the clarifications, the conversation so far, one plan step and the results of the steps it depends on ("upstream", each with its result's fields), bind the step's arguments:
+- "resolved_bindings": a value for every required parameter of the tool (and the optional ones the step needs). A value the query, the clarifications or the conversation states: write it as stated. A value an upstream result holds: write "$step_<j>.<field>" with the field as that step lists it (for example "$step_1.result.files.0"); "$step_<j>.result" when the value must be taken out of a longer text. Never invent a value that is not grounded in the context. A "code" step's tool (family "code") has no parameters: bind each input of its computation to a short name, usually "$step_<j>.result";
+- "h_params": {"retry": attempts 1-5, "priority": "low", "normal" or "high", "timeout_s": integer seconds, default 30}.
+Answer with one JSON object and nothing else:
+{"status": "READY", "dispatch": [{"step": 1, "target_tool": "...", "resolved_bindings": {}, "h_params": {"retry": 1, "priority": "normal", "timeout_s": 30}}]}"""
+
 SHORT_SYSTEM_PROMPT = "HEART Router."
+"""The context-distilled prompt, for both modes: the input says which one it is."""
+
+MODES = ("plan", "step")
+DEFAULT_MODE = "plan"
+"""The loop's default mode (``LoopConfig.router_mode``)."""
 
 RESPONSE_PREFIX = '{"status": "READY", "dispatch": ['
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
 into the JSON form; teachers' answers start with it too, so adapters learn it either way."""
 
 INSTRUCTION = "Write the dispatch for every step of this plan."
+STEP_INSTRUCTION = "Bind the arguments of this step."
+
+UPSTREAM_FIELDS = 16
+"""Most fields of one upstream result the step-mode Router is shown (its first leaves)."""
+FIELD_VALUE_CHARS = 80
+"""How much of each field's value it is shown."""
 
 REQUEST_CHARS = 200
 VALUE_CHARS, VALUE_ITEMS, VALUE_KEYS = 256, 8, 4
@@ -164,8 +194,102 @@ def build_payload(
     return payload
 
 
-def build_messages(payload: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    return build_role_messages(system_prompt, INSTRUCTION, payload)
+def is_step_input(payload: dict[str, Any]) -> bool:
+    """Whether ``payload`` is a step-mode input (it lists the step's upstream results)."""
+    return "upstream" in payload
+
+
+def system_prompt_for(payload: dict[str, Any]) -> str:
+    """The full system prompt of the mode ``payload`` is in."""
+    return STEP_SYSTEM_PROMPT if is_step_input(payload) else SYSTEM_PROMPT
+
+
+def build_messages(payload: dict[str, Any], system_prompt: str | None = None) -> list[dict[str, str]]:
+    """``system_prompt`` None: the full prompt of the payload's mode."""
+    return build_role_messages(system_prompt or system_prompt_for(payload),
+                               STEP_INSTRUCTION if is_step_input(payload) else INSTRUCTION, payload)
+
+
+def result_fields(result: Any, limit: int = UPSTREAM_FIELDS, chars: int = FIELD_VALUE_CHARS) -> dict[str, Any]:
+    """An upstream result as the step-mode Router sees it: its leaves in order, each under
+    the field path a ``$step_j.<field>`` reference spells (``result.files.0``), values of at
+    most ``chars`` characters (longer texts end with "…"), at most ``limit`` of them; a
+    scalar result is the one field ``result``. Paths a reference cannot spell (keys with
+    spaces or dots) are left out."""
+    fields: dict[str, Any] = {}
+
+    def visit(value: Any, path: str) -> None:
+        if len(fields) >= limit:
+            return
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                if _KEY.fullmatch(str(key)):
+                    visit(item, f"{path}.{key}")
+            return
+        if isinstance(value, list) and value:
+            for index, item in enumerate(value):
+                visit(item, f"{path}.{index}")
+            return
+        if isinstance(value, str) and len(value) > chars:
+            value = value[: chars - 1] + "…"
+        fields[path] = value
+
+    visit(result, "result")
+    return fields
+
+
+_KEY = re.compile(r"[A-Za-z0-9_\-]{1,40}")
+
+
+def upstream_entry(step: int, tool: str, summary: str, result: Any) -> dict[str, Any]:
+    """One upstream result in the step-mode Router's input."""
+    return {"step": step, "tool": tool, "summary": summary, "fields": result_fields(result)}
+
+
+def build_step_payload(
+    query: str,
+    step: dict[str, Any],
+    tools: dict[str, dict[str, Any]],
+    upstream: list[dict[str, Any]],
+    *,
+    conversation: list[dict[str, str]] | None = None,
+    clarifications: list[dict[str, str]] | None = None,
+    executed_so_far: list[dict[str, Any]] | None = None,
+    feedback: list[str] | None = None,
+) -> dict[str, Any]:
+    """The step-mode Router's input: the one ``step`` (as a one-step plan), its tool's
+    parameters, the :func:`upstream_entry` of each step it depends on, and on a re-plan what
+    earlier attempts executed and the turn's feedback."""
+    payload: dict[str, Any] = {"user_query": query, "plan": [step], "tools": tools, "upstream": upstream}
+    if clarifications:
+        payload["clarifications"] = clarifications
+    if conversation:
+        payload["conversation"] = conversation
+    if executed_so_far:
+        payload["executed_so_far"] = executed_so_far
+    if feedback:
+        payload["feedback"] = feedback
+    return payload
+
+
+def invocation_request(tool: str, bindings: dict[str, Any], objective: str = "") -> str:
+    """The request a step's Primitive reads, written from its bindings by one template:
+    "Call TOOL with k='v', n from step 2." (whole parts, as many as fit); a code step's is
+    "Compute: OBJECTIVE". The step-mode loop writes it; the plan-mode teacher writes the
+    same, so a plan-mode Router copies its own bindings instead of guessing a wording."""
+    if tool == CODE_PRIMITIVE:
+        text = f"Compute: {objective}" if objective else "Compute the value the answer needs."
+        return text if len(text) <= REQUEST_CHARS else "Compute the value the answer needs."
+    parts = []
+    for name, value in bindings.items():
+        reference = REFERENCE_TEXT.fullmatch(value.strip()) if isinstance(value, str) else None
+        parts.append(f"{name} from step {reference.group(1)}" if reference else f"{name}={quoted_value(value)}")
+    return whole_parts(parts, lambda kept: f"Call {tool}" + (f" with {', '.join(kept)}." if kept else "."),
+                       REQUEST_CHARS)
+
+
+REFERENCE_TEXT = re.compile(r"\$step_(\d+)((?:\.[A-Za-z0-9_\-]+)*)")
+"""A whole-string ``$step_j.field`` reference (the syntax :mod:`heart.primitives` resolves)."""
 
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RouterOutput]:
@@ -189,7 +313,7 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RouterOut
     return result
 
 
-def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]], step_mode: bool = False) -> dict[str, Any]:
     """JSON Schema of a valid dispatch for this plan: one entry per step, in order, each
     binding every required parameter of its tool and only parameters it has (values:
     literals or $step_j references, as :data:`BINDING_VALUE`)."""
@@ -201,11 +325,11 @@ def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) 
         else:
             bindings = {"type": "object", "additionalProperties": False, "required": list(params["required"]),
                         "properties": {p: BINDING_VALUE for p in params["required"] + params["optional"]}}
+        request = {} if step_mode else {"invocation_request": {"type": "string", "maxLength": REQUEST_CHARS}}
         return {"type": "object", "additionalProperties": False,
-                "required": ["step", "target_tool", "invocation_request", "resolved_bindings", "h_params"],
+                "required": ["step", "target_tool", *request, "resolved_bindings", "h_params"],
                 "properties": {
-                    "step": {"const": step}, "target_tool": {"const": tool},
-                    "invocation_request": {"type": "string", "maxLength": REQUEST_CHARS},
+                    "step": {"const": step}, "target_tool": {"const": tool}, **request,
                     "resolved_bindings": bindings,
                     "h_params": {"type": "object", "additionalProperties": False,
                                  "required": ["retry", "priority", "timeout_s"],
@@ -221,4 +345,4 @@ def output_schema(plan_steps: dict[int, str], tools: dict[str, dict[str, Any]]) 
 
 def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
     """The serving schema of the answer to this input, from the payload alone."""
-    return output_schema({s["step"]: s["tool_hint"] for s in payload["plan"]}, payload["tools"])
+    return output_schema({s["step"]: s["tool_hint"] for s in payload["plan"]}, payload["tools"], is_step_input(payload))

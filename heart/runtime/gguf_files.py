@@ -15,6 +15,9 @@
 Both are cached under ``$HEART_CACHE/gguf`` by content hash (a base by its source file and
 precision, an adapter by its weights and config), written to a temporary name and renamed
 into place, so a file under its final name is complete and concurrent callers reuse it.
+
+What llama.cpp prints while it quantises and converts goes to the log file of
+:mod:`heart.runtime.llamacpp_log`, not the console (``HEART_VERBOSE=1``: the console).
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 from heart import default_cache_dir
 from heart.atomic import publishing
 from heart.models import sha256_file, smollm2_gguf_path
+from heart.runtime import llamacpp_log
 
 BASE_WEIGHTS = {"f32": 0, "f16": 1, "q8_0": 7, "shipped": None}
 """Precision of the base's weights → llama.cpp's ``llama_ftype`` (None: the source file as is)."""
@@ -63,6 +68,7 @@ def base_gguf(model: str, weights: str = "f32") -> Path:
     if not final.is_file():
         import llama_cpp
 
+        llamacpp_log.route_llama_cpp()  # its 300 lines (one per tensor) to the log
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = BASE_WEIGHTS[weights]
         params.allow_requantize = True  # the source is already quantised (Q4_1)
@@ -90,6 +96,12 @@ def adapter_hash(adapter: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
 def lora_ggufs(adapters: dict[str, str], base_folder: str | Path) -> dict[str, Path]:
     """Each role's adapter as a GGUF LoRA (converted once, in parallel, then cached).
 
@@ -103,18 +115,28 @@ def lora_ggufs(adapters: dict[str, str], base_folder: str | Path) -> dict[str, P
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         env.pop("NO_LOCAL_GGUF", None)  # the converter must use its own gguf-py, not the installed one
         # Each converter writes under the file's own name in a temp folder beside it; the
-        # files are renamed into place once every conversion succeeded.
+        # files are renamed into place once every conversion succeeded. Its output (~270
+        # lines) is captured and appended to the log, under a header, once it has finished.
         with ExitStack() as published:
             jobs = []
             for role, out in missing.items():
                 tmp = published.enter_context(publishing(out, keep_name=True))
                 command = [sys.executable, str(tools / "convert_lora_to_gguf.py"), "--base", str(base_folder),
                            "--outtype", "f32", "--outfile", str(tmp), str(adapters[role])]
-                jobs.append((role, tmp, subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                                         stderr=subprocess.PIPE, text=True)))
-            for role, tmp, process in jobs:
-                _, err = process.communicate()
+                output = published.enter_context(tempfile.TemporaryFile())
+                process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                           stderr=subprocess.STDOUT)
+                published.callback(_stop, process)  # none outlives the block (an error, ^C)
+                jobs.append((role, tmp, output, process))
+            failures = []
+            for role, tmp, output, process in jobs:  # every one finishes (and is logged) first
+                process.wait()
+                tail = llamacpp_log.record(f"convert_lora_to_gguf.py: the {role} adapter {adapters[role]}",
+                                           output, process.returncode)
                 if process.returncode != 0 or not tmp.is_file():
-                    tail = " | ".join(err.strip().splitlines()[-3:])
-                    raise RuntimeError(f"converting the {role} adapter {adapters[role]} to GGUF failed: {tail}")
+                    failures.append(f"converting the {role} adapter {adapters[role]} to GGUF failed "
+                                    f"(exit status {process.returncode}); the last lines of its output "
+                                    f"(all of it in {llamacpp_log.where()}):\n{tail}")
+            if failures:
+                raise RuntimeError("\n".join(failures))
     return wanted

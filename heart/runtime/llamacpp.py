@@ -29,6 +29,8 @@ How it is laid out:
   (``DRAFT_ENTRIES``): it buys most where calls come one or a few at a time (the loop,
   ``heart serve``, concurrent episodes: 10 BFCL episodes and the pipeline's e2e stage, see
   docs/performance.md) and nothing in a full batch. Sampled rows do not draft.
+* **Quiet.** llama.cpp's load and adapter logs go to a log file, its errors also to stderr
+  (:mod:`heart.runtime.llamacpp_log`; ``HEART_VERBOSE=1``: all of it to the console).
 * **Same inputs as every other engine.** Prompts are rendered and tokenised by the base's
   transformers tokenizer (:class:`~heart.runtime.chat.ChatFormat`) and fed as token ids; JSON
   schemas are enforced with xgrammar on the logits, exactly as in-process.
@@ -60,6 +62,7 @@ from heart.models import DEFAULT_MODEL, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
 from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat
+from heart.runtime import llamacpp_log
 from heart.runtime.continuous import DecodeStats
 from heart.runtime.lookup import PromptLookup
 
@@ -236,12 +239,14 @@ class LlamaCppBackend(AdapterEngine):
         lora_files = lora_ggufs(self.adapters, self.model_path) if self.adapters else {}
 
         import llama_cpp
-        from llama_cpp import _internals, _logger
+        from llama_cpp import _internals
 
-        _logger.set_verbose(False)  # llama.cpp's load and graph logs: errors only
+        # llama.cpp's load and graph logs to the log file, errors also to stderr (HEART_VERBOSE=1:
+        # all of it to the console, and llama-cpp-python leaves fds 1 and 2 alone while loading)
+        llamacpp_log.route_llama_cpp()
         llama_cpp.llama_backend_init()
         self._model = _internals.LlamaModel(path_model=str(gguf), params=llama_cpp.llama_model_default_params(),
-                                            verbose=False)
+                                            verbose=llamacpp_log.verbose())
         if self._model.n_vocab() != self.chat.vocab_size:
             raise ValueError(f"{gguf} has {self._model.n_vocab()} tokens, the tokenizer of {self.model_path} "
                              f"{self.chat.vocab_size}: they are not the same model")

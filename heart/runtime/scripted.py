@@ -65,7 +65,8 @@ from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
 from heart.grounding import grounded
 from heart.library import Composite, compose_calls
 from heart.roles import planner, primitive_messages, relevance, router, verifier
-from heart.roles.common import clip_phrase, clip_words, render_answer, role_input
+from heart.roles.common import (first_clause, is_clipped, lead_phrase, quoted_value, render_answer, role_input,
+                                whole_parts)
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
 from heart.toolface import ToolSpec
 
@@ -119,12 +120,23 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 
 def _purpose(description: str, limit: int | None = None) -> str:
     """A short verb phrase from a tool description (its first sentence, lowercased); with
-    ``limit``, its first words up to that many characters (:func:`clip_phrase`)."""
+    ``limit``, its leading phrase within that many characters (:func:`lead_phrase`)."""
     text = " ".join(description.split("Tool description:")[-1].split())
     sentence = text.split(". ")[0].rstrip(".…").strip()
     if limit is not None:
-        sentence = clip_phrase(sentence, limit)
+        sentence = lead_phrase(sentence, limit)
     return sentence[:1].lower() + sentence[1:] if sentence else ""
+
+
+def _code_objective(objective: str) -> str:
+    """A code step's objective: the task's own sentence for its computation, as a whole clause."""
+    return _sentence(first_clause(objective, STEP_OBJECTIVE_CHARS) or "Compute the value the answer needs")
+
+
+def _sentence(text: str) -> str:
+    """``text`` as a sentence: a capital first letter and a final period."""
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "." if text else ""
 
 
 _REQUEST = re.compile(r"\?|\b(please|could you|can you|would you|i need|i want|i'd like|help me|let's)\b", re.I)
@@ -137,12 +149,7 @@ def _request_sentence(query: str) -> str:
     return next((s for s in sentences if _REQUEST.search(s)), sentences[0])
 
 
-def _value_text(value: Any) -> str:
-    """A value inside natural-language text, quoted with single quotes: escaped double quotes
-    inside JSON strings are what the serving grammar handles worst."""
-    if isinstance(value, str):
-        return "'" + value.replace('"', "'") + "'"
-    return json.dumps(value, ensure_ascii=False).replace('"', "'")
+_value_text = quoted_value
 
 
 def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
@@ -152,21 +159,19 @@ def _in_order(arguments: dict[str, Any], order: Sequence[str]) -> dict[str, Any]
     return dict(sorted(arguments.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
-TASK_CHARS = 24
-OBJECTIVE_CHARS = 32
-STEP_OBJECTIVE_CHARS = 48
+TASK_CHARS = 60
+OBJECTIVE_CHARS = 80
+STEP_OBJECTIVE_CHARS = 64
 PURPOSE_CHARS = 40
-"""A tool's purpose inside an objective or request: its description's first words."""
+"""A tool's purpose inside feedback: its description's first phrase (:func:`_purpose`)."""
 MAX_CONSTRAINTS = 2
-DETAILS_CHARS = 40
-"""A failure's details quoted in Verifier feedback."""
-"""The teacher writes intents shorter than the schema allows: every token of an answer is
-one the student must learn to produce."""
-
-# Natural-language fields are written from several templates so the student learns the
-# content, not one phrasing.
-OBJECTIVES = ("{Purpose}{args}.", "{Purpose}{args}", "{Purpose}{args}.")
-REQUESTS = ("Run {tool}{args}.", "Please {purpose}{args}.", "Call {tool} to {purpose}{args}.")
+DETAILS_CHARS = 80
+"""A failure's details quoted in Verifier feedback: its first clause, if that fits."""
+"""The teacher writes every natural-language field as a complete, short sentence, shorter
+than the schema allows (every token of an answer is one the student must learn to produce),
+and from one template per field: a field whose wording is drawn at random is loss that can
+never fall. Parts that do not fit are dropped whole (:func:`whole_parts`), never cut, so no
+field holds a clause cut off with "…" (``heart datasets build`` refuses one)."""
 
 
 def gold_how(calls: Sequence[ToolCall], request: str) -> str:
@@ -179,7 +184,7 @@ def gold_how(calls: Sequence[ToolCall], request: str) -> str:
     rest = [n for n in names if n not in from_request]
     parts = ([f"fills {', '.join(from_request)} from the request"] if from_request else []) \
         + ([f"{', '.join(rest)} from context"] if rest else [])
-    return clip_words("; ".join(parts) or "runs without arguments", relevance.HOW_CHARS)
+    return whole_parts(parts, lambda kept: "; ".join(kept) or "runs without arguments", relevance.HOW_CHARS)
 
 
 def _found(result: Any, value: Any) -> tuple[list[list[Any]], bool]:
@@ -255,7 +260,17 @@ def message_for(result: Any, reads: dict[str, Any]) -> dict[str, str] | None:
     if listed is not None:
         caveats.insert(0, f"item {listed[0]} of a list of {listed[1]}")
     return {"field": ".".join(["result", *map(str, common)]),
-            "note": clip_words("; ".join(caveats), primitive_messages.NOTE_CHARS)}
+            "note": whole_parts(caveats, "; ".join, primitive_messages.NOTE_CHARS)}
+
+
+def _same_value(shown: Any, value: Any) -> bool:
+    """Whether a listed upstream field holds exactly the gold ``value`` (a number matching its
+    text too); a list or object value is never one field."""
+    if value is None or isinstance(value, (dict, list)) or isinstance(shown, (dict, list)):
+        return False
+    if isinstance(shown, bool) or isinstance(value, bool):
+        return shown is value
+    return shown == value or str(shown) == str(value)
 
 
 def h_params(tool: str) -> dict[str, Any]:
@@ -367,20 +382,14 @@ class GoldTeacher:
                 parts.append(f"{name}={_value_text(value)}")
         return parts
 
-    def _fill(self, templates: Sequence[str], tool: str, description: str, parts: list[str], limit: int) -> str:
-        """A template filled with the tool's purpose and as many whole "k=v" parts as fit in
-        ``limit`` (at least the first, clipped): a value cut in half helps no one."""
-        purpose = _purpose(description, PURPOSE_CHARS) or f"run {tool}"
-        template = self.rng.choice(templates)
-
-        def text(n: int) -> str:
-            args = f" ({', '.join(parts[:n])})" if n else ""
-            return template.format(tool=tool, purpose=purpose, args=args, Purpose=purpose[:1].upper() + purpose[1:])
-
-        n = len(parts)
-        while n > 1 and len(text(n)) > limit:
-            n -= 1
-        return clip_words(text(n), limit)
+    @staticmethod
+    def _step_objective(tool: str, shown: str, parts: list[str]) -> str:
+        """A plan step's objective: the tool's purpose as the Planner's input shows it (its
+        listed description, else its name in words), with as many whole "k=v" parts of the
+        request as fit in the objective's length."""
+        purpose = shown or tool.replace("_", " ")
+        return whole_parts(parts, lambda kept: _sentence(purpose + (f" ({', '.join(kept)})" if kept else "")),
+                           STEP_OBJECTIVE_CHARS)
 
     def _description(self, tool: str) -> str:
         """The tool's own description (its documentation, not an answer): objectives and
@@ -450,6 +459,7 @@ class GoldTeacher:
                 break
             take = take[:-1]  # the code step waits for a later plan (the Verifier names it as left)
         state.plan_indices = again + take  # (the loop keeps passed calls: they do not run again)
+        state.pending, state.primitive_faults, state.injected = [], {}, {}  # a new attempt
         state.plan_calls = [calls[i] for i in state.plan_indices]
         text = json.dumps(p, ensure_ascii=False)
         query = " ".join(p["user_query"].split())
@@ -457,13 +467,13 @@ class GoldTeacher:
         for i, call in enumerate(state.plan_calls, 1):
             if call.name == CODE_PRIMITIVE:
                 plan.append({"step": i, "family": "code", "tool_category": CODE_CATEGORY, "tool_hint": CODE_PRIMITIVE,
-                             "objective": clip_words(call.arguments["objective"], STEP_OBJECTIVE_CHARS),
+                             "objective": _code_objective(call.arguments["objective"]),
                              "dependencies": sorted({self._plan_step(state, j) for j in call.arguments["inputs"].values()})})
                 continue
             tool = shown[call.name]
             plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
-                         "objective": self._fill(OBJECTIVES, call.name, self._description(call.name),
-                                                 self._args_parts(call.arguments, text), STEP_OBJECTIVE_CHARS),
+                         "objective": self._step_objective(call.name, tool["description"],
+                                                           self._args_parts(call.arguments, text)),
                          "dependencies": [i - 1] if i > 1 else []})
         constraints = []
         for call in state.plan_calls:
@@ -471,15 +481,20 @@ class GoldTeacher:
                 continue
             for name, value in call.arguments.items():
                 if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
-                        and str(value).strip() and str(value) in query:
-                    constraints.append(clip_words(f"{name}: {value}", planner.CONSTRAINT_CHARS))
+                        and str(value).strip() and str(value) in query \
+                        and len(f"{name}: {value}") <= planner.CONSTRAINT_CHARS:  # whole, or not at all
+                    constraints.append(f"{name}: {value}")
+        # the user's task (what is left of it), also when no shown tool serves it: the loop
+        # then searches for more tools with this sentence; a shown tool's purpose is the one
+        # the Planner's input lists, so the student can read it there
+        purposes = list(dict.fromkeys(
+            (shown[c.name]["description"] if c.name in shown else _purpose(self._description(c.name), PURPOSE_CHARS))
+            or c.name.replace("_", " ") for c in remaining))
+        task = whole_parts(purposes, lambda kept: _sentence(", then ".join(kept)), TASK_CHARS) \
+            or "Answer without tools."
         intent = {
-            # the user's task (what is left of it), also when no shown tool serves it: the
-            # loop then searches for more tools with this phrase
-            "task": clip_words(", ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS)
-                                                       or c.name for c in remaining))
-                               or "answer without tools", TASK_CHARS),
-            "objective": clip_words(_request_sentence(query), OBJECTIVE_CHARS),
+            "task": task,
+            "objective": first_clause(_request_sentence(query), OBJECTIVE_CHARS) or task,
             "tool_categories": sorted({s["tool_category"] for s in plan}),
             "constraints": list(dict.fromkeys(constraints))[:MAX_CONSTRAINTS],
         }
@@ -493,6 +508,8 @@ class GoldTeacher:
 
     # -- Router ----------------------------------------------------------------------------
     def _router(self, p: dict[str, Any]) -> tuple[dict, dict]:
+        if router.is_step_input(p):
+            return self._router_step(p)
         state = self._current
         state.pending, state.primitive_faults, state.injected = [], {}, {}
         text = json.dumps(p, ensure_ascii=False)
@@ -502,38 +519,27 @@ class GoldTeacher:
             if call.name == CODE_PRIMITIVE:  # its inputs: the results of the calls it reads
                 state.pending.append((i, call))
                 objective = call.arguments["objective"]
+                bindings = self._code_bindings(state, call)
                 dispatch.append({
                     "step": i, "target_tool": CODE_PRIMITIVE,
-                    "invocation_request": clip_words(f"Compute the {objective[:1].lower()}{objective[1:]}.",
-                                                     router.REQUEST_CHARS),
-                    "resolved_bindings": {name: f"$step_{self._plan_step(state, j)}.result"
-                                          for name, j in call.arguments["inputs"].items()},
-                    "h_params": h_params(CODE_PRIMITIVE)})
+                    "invocation_request": router.invocation_request(CODE_PRIMITIVE, bindings,
+                                                                    _code_objective(objective)),
+                    "resolved_bindings": bindings, "h_params": h_params(CODE_PRIMITIVE)})
                 continue
             params = p["tools"].get(call.name, {})
             call = ToolCall(call.name, _in_order(call.arguments, params.get("required", []) + params.get("optional", [])))
             bindings: dict[str, Any] = {}
-            references: dict[str, str] = {}
             for name, value in call.arguments.items():
                 follows = i > 1 and state.plan_indices[i - 2] == state.plan_indices[i - 1] - 1
                 if grounded(value, text) or not follows:
                     bindings[name] = value
                 else:  # produced upstream: the Primitive takes it from the previous step's result
-                    bindings[name] = references[name] = f"$step_{i - 1}.result"
-            fault = self._maybe_fault(state)
-            if fault == "stale_reference" and bindings:
-                name = self.rng.choice(list(bindings))
-                bindings[name] = f"$step_{len(state.plan_calls) + 1}.result.{name}"  # a step that never runs
-                state.injected[i] = fault
-                meta = {"injected_fault": fault, "fault_step": i}
-            elif fault:
-                state.primitive_faults[i] = "wrong_argument" if fault == "stale_reference" else fault
+                    bindings[name] = f"$step_{i - 1}.result"
+            meta = self._router_fault(state, i, bindings) or meta
             state.pending.append((i, call))
             dispatch.append({
                 "step": i, "target_tool": call.name,
-                "invocation_request": self._fill(REQUESTS, call.name, self._description(call.name),
-                                                 self._args_parts(call.arguments, text, references),
-                                                 router.REQUEST_CHARS),
+                "invocation_request": router.invocation_request(call.name, bindings),
                 "resolved_bindings": bindings,
                 "h_params": h_params(call.name),
             })
@@ -544,6 +550,58 @@ class GoldTeacher:
             if f"$step_{d['step']}" in read:
                 d["h_params"]["priority"] = "high"
         return {"status": "READY", "dispatch": dispatch}, meta
+
+    def _code_bindings(self, state: _TurnState, call: ToolCall) -> dict[str, str]:
+        """A code step's bindings: each input of its computation, the whole result it reads."""
+        return {name: f"$step_{self._plan_step(state, j)}.result" for name, j in call.arguments["inputs"].items()}
+
+    def _router_fault(self, state: _TurnState, step: int, bindings: dict[str, Any]) -> dict[str, Any] | None:
+        """Maybe inject a fault into ``step``: a stale reference into its bindings (the event's
+        meta, returned), or a fault its Primitive will carry out."""
+        fault = self._maybe_fault(state)
+        if fault == "stale_reference" and bindings:
+            name = self.rng.choice(list(bindings))
+            bindings[name] = f"$step_{len(state.plan_calls) + 1}.result.{name}"  # a step that never runs
+            state.injected[step] = fault
+            return {"injected_fault": fault, "fault_step": step}
+        if fault:
+            state.primitive_faults[step] = "wrong_argument" if fault == "stale_reference" else fault
+        return None
+
+    def _router_step(self, p: dict[str, Any]) -> tuple[dict, dict]:
+        """Step mode (β_k ← ROUTER(π_k, C)): one step's bindings. A value the query, the
+        clarifications, the conversation or earlier attempts state is bound literally; one an
+        upstream step's listed fields hold, as the reference to that step and field (the
+        first field equal to it); one inside a longer text of an upstream result, or past the
+        fields shown, as that step's whole result (the Primitive takes it out); otherwise as
+        is (the build's ``router_ungrounded`` filter counts it)."""
+        state = self._current
+        step = p["plan"][0]
+        i = step["step"]
+        call = state.plan_calls[i - 1]
+        if call.name == CODE_PRIMITIVE:
+            state.pending.append((i, call))
+            answer = {"step": i, "target_tool": CODE_PRIMITIVE, "resolved_bindings": self._code_bindings(state, call),
+                      "h_params": h_params(CODE_PRIMITIVE)}
+            return {"status": "READY", "dispatch": [answer]}, {}
+        params = p["tools"].get(call.name, {})
+        call = ToolCall(call.name, _in_order(call.arguments, params.get("required", []) + params.get("optional", [])))
+        stated = json.dumps({k: v for k, v in p.items() if k not in ("upstream", "plan", "tools")}, ensure_ascii=False)
+        upstream = p["upstream"]
+        bindings: dict[str, Any] = {}
+        for name, value in call.arguments.items():
+            if grounded(value, stated) or not upstream:
+                bindings[name] = value
+                continue
+            exact = next((f"$step_{u['step']}.{path}" for u in upstream for path, shown in u["fields"].items()
+                          if _same_value(shown, value)), None)
+            inside = next((f"$step_{u['step']}.result" for u in upstream
+                           if grounded(value, json.dumps(u["fields"], ensure_ascii=False))), None)
+            bindings[name] = exact or inside or f"$step_{upstream[-1]['step']}.result"
+        meta = self._router_fault(state, i, bindings) or {}
+        state.pending.append((i, call))
+        answer = {"step": i, "target_tool": call.name, "resolved_bindings": bindings, "h_params": h_params(call.name)}
+        return {"status": "READY", "dispatch": [answer]}, meta
 
     # -- Primitive -------------------------------------------------------------------------
     def _relevance(self, p: dict[str, Any]) -> tuple[dict, dict]:
@@ -570,7 +628,8 @@ class GoldTeacher:
             if call is None:
                 continue
             if call.name == CODE_PRIMITIVE:
-                note = clip_words(f"needs a computation: {call.arguments['objective']}", primitive_messages.NOTE_CHARS)
+                note = whole_parts([call.arguments["objective"]], lambda kept: "needs a computation"
+                                   + (f": {kept[0]}" if kept else ""), primitive_messages.NOTE_CHARS)
                 messages.append({"to": dep["step"], "field": "result", "note": note})
                 continue
             message = message_for(p["result"], {r: call.arguments[r] for r in dep["reads"] if r in call.arguments})
@@ -674,11 +733,16 @@ class GoldTeacher:
             if kind == "CONSTRAINT_VIOLATION":
                 criteria["constraint_satisfaction"] = "fail"
             # the criteria say which checks failed; the feedback says what happened
-            reasons.append(f"failed with {kind}: {clip_words(envelope.get('details', ''), DETAILS_CHARS)}")
+            details = first_clause(str(envelope.get("details", "")).split(". ")[0], DETAILS_CHARS).rstrip(".")
+            reasons.append(f"failed with {kind}" + (f": {details}" if details and not is_clipped(details) else ""))
         advice = (f"call {tool} with {changed[0]} as asked" if changed
                   else f"call {tool} with arguments its schema accepts")
-        feedback = clip_words(f"Step {step} ({tool}): " + "; ".join(reasons)
-                              + f". Re-plan: {advice}.", verifier.FEEDBACK_CHARS)
+        head, tail = f"Step {step} ({tool}): ", f". Re-plan: {advice}."
+        # a reason quoting a long value says which argument differs instead (whole, not cut)
+        reasons = [r if len(head + r + tail) <= verifier.FEEDBACK_CHARS else
+                   (f"{changed[0]} differs from what the request asked" if changed and r.startswith(changed[0])
+                    else f"failed with {kind}") for r in reasons]
+        feedback = whole_parts(reasons, lambda kept: head + "; ".join(kept) + tail, verifier.FEEDBACK_CHARS)
         return criteria, feedback, fault or "unlabelled"
 
     def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:
@@ -700,10 +764,10 @@ class GoldTeacher:
             # was not shown, or a plan cut at max_steps): task_completion fails, and the
             # feedback names what is left by the tools' purposes, which the re-plan searches for
             entry = max(steps, key=lambda e: e["step"])
-            todo = "; ".join(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS) or c.name
-                                           for c in left))
-            feedback = clip_words(f"Step {entry['step']} ({entry['tool']}) ran as asked; the request is not done. "
-                                  f"Still to do: {todo}.", verifier.FEEDBACK_CHARS)
+            todo = list(dict.fromkeys(_purpose(self._description(c.name), PURPOSE_CHARS) or c.name for c in left))
+            head = f"Step {entry['step']} ({entry['tool']}) ran as asked; the request is not done."
+            feedback = whole_parts(todo, lambda kept: head + (f" Still to do: {'; '.join(kept)}." if kept else ""),
+                                   verifier.FEEDBACK_CHARS)
             criteria = {**dict.fromkeys(verifier.CRITERIA, "pass"), "task_completion": "fail"}
             return (verifier.answer(entry["step"], criteria, feedback),
                     {"fault_kind": "incomplete"})

@@ -177,12 +177,14 @@ def test_a_collection_records_its_loop_policy_and_resume_refuses_another(tmp_pat
     assert entry["policy"] == {"budget": 3, "verify": "step", "middleware": str(middleware),
                                "middleware_sha256": hashlib.sha256(middleware.read_bytes()).hexdigest(),
                                "relevance": False, "messages": False, "validation": "default",
-                               "validation_sha256": None}
+                               "validation_sha256": None, "router_mode": "plan"}
     shards_before = shards(out)
 
     for other, named in ((["--middleware", str(middleware)], "messages: False there, True now"),
                          (["--middleware", str(middleware), "--no-messages", "--relevance"],
-                          "relevance: False there, True now")):
+                          "relevance: False there, True now"),
+                         (["--middleware", str(middleware), "--no-messages", "--router-mode", "step"],
+                          "router_mode: plan there, step now")):
         with pytest.raises(SystemExit) as refused:
             collect(collect_args(out, *other, "--resume"))
         assert refused.value.code == 2 and named in capsys.readouterr().err

@@ -3,8 +3,9 @@
 
 - ``heart/`` imports nothing from ``heart_distill``, ``data``, ``train`` or ``eval``: not at
   module level, not inside a function, not through ``importlib.import_module``;
-- the wheel holds ``heart`` and ``heart_distill`` (with ``heart_distill.data``, ``.train`` and
-  its chat templates, ``.eval``) and no top-level ``data``, ``train`` or ``eval`` package;
+- the wheel holds ``heart`` (with its data files) and ``heart_distill`` (with
+  ``heart_distill.data``, ``.train`` and its chat templates, ``.eval``) and no top-level
+  ``data``, ``train`` or ``eval`` package, and setuptools builds it without a warning;
 - every package folder of the repository is listed in pyproject's
   ``[tool.setuptools] packages`` under its installed name, so a new subpackage cannot be left
   out of the wheel.
@@ -101,11 +102,12 @@ def test_installed_names_follow_the_package_dir_mapping():
 
 
 @pytest.fixture(scope="module")
-def wheel_files(tmp_path_factory) -> set[str]:
+def wheel_build(tmp_path_factory) -> tuple[set[str], str]:
     """The file list of the wheel pip builds from a copy of the sources (a copy, so that the
-    build/ and egg-info folders setuptools writes never land in the working tree). Building
-    the wheel and installing with ``pip install --target`` cost the same here (~3.5 s each on
-    2 cores); the wheel's list is what --target would unpack."""
+    build/ and egg-info folders setuptools writes never land in the working tree), and the
+    build's output (``-v``: pip shows the backend's warnings only then). Building the wheel
+    and installing with ``pip install --target`` cost the same here (~3.5 s each on 2 cores);
+    the wheel's list is what --target would unpack."""
     tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "src"
     source.mkdir()
@@ -113,12 +115,31 @@ def wheel_files(tmp_path_factory) -> set[str]:
         shutil.copy2(REPO / name, source / name)
     for name in SOURCE_FOLDERS:
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
                            "-w", str(tmp / "dist"), str(source)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     (wheel,) = (tmp / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        return set(archive.namelist())
+        return set(archive.namelist()), done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel_files(wheel_build) -> set[str]:
+    return wheel_build[0]
+
+
+def test_setuptools_builds_the_wheel_without_a_warning(wheel_build):
+    """A data folder Python could import as a namespace package (heart/intercepts,
+    train/templates) must be listed in ``packages``, or setuptools prints a "Package would be
+    ignored" box on every ``pip install``."""
+    warnings = [line.strip() for line in wheel_build[1].splitlines()
+                if "Warning:" in line or "would be ignored" in line]
+    assert not warnings, "setuptools warns while building the wheel:\n" + "\n".join(warnings)
+
+
+def test_the_wheel_ships_the_data_files(wheel_files):
+    for name in ("heart/result_shapes.json", "heart/intercepts/default.yaml"):
+        assert name in wheel_files, name
 
 
 def test_the_wheel_installs_no_top_level_data_train_or_eval(wheel_files):

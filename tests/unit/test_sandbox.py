@@ -53,8 +53,10 @@ def test_memory_time_and_output_are_bounded():
     assert (grow.ok, grow.kind) == (False, "memory") and grow.latency_s < limits.timeout_s
     big = evaluate("[n for n in range(5000)]", {}, SandboxLimits(max_output_chars=100))
     assert (big.ok, big.kind) == (False, "too_large")
-    slow = evaluate("[sum(x * y for y in s) for x in s]", {"s": list(range(100))},
-                    SandboxLimits(timeout_s=0.05))  # the process's start alone is longer
+    # 9 million generator steps of simpleeval (microseconds each: minutes on any machine) with its
+    # comprehension bound lifted, so the only way out is the clock: a timeout whatever the speed.
+    slow = evaluate("sum(x * y for x in s for y in s)", {"s": list(range(3000))},
+                    SandboxLimits(timeout_s=1.0, max_comprehension=10**9))
     assert (slow.ok, slow.kind) == (False, "timeout")
 
 
