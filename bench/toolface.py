@@ -331,23 +331,24 @@ def relevance_judges(names, engine: str, adapter: str | None, cache: Path | None
     """judge name → (backend, system prompt): the oracle, the base model, the adapter (served
     with the short prompt when it was trained on it: ``adapter_prompt`` "auto" reads its
     manifest, "short" / "full" say so for a folder without one, e.g. a training checkpoint)."""
-    from heart.roles import relevance
+    from heart.roles.registry import PRIMITIVE
     from heart.runtime.engines import local_backend
 
+    mode = PRIMITIVE.mode("relevance")
     judges = {}
     for name in names:
         if name == "oracle":
-            judges[name] = (OracleJudge(), relevance.SYSTEM_PROMPT)
+            judges[name] = (OracleJudge(), mode.system_prompt(short=False))
         elif name == "base":
             backend = local_backend(engine, "smollm2-135m", max_batch_size=20, slot_tokens=1024)
-            judges[name] = (AnswerCache(backend, f"base:{engine}", cache), relevance.SYSTEM_PROMPT)
+            judges[name] = (AnswerCache(backend, f"base:{engine}", cache), mode.system_prompt(short=False))
         elif name == "adapter":
             if not adapter or not Path(adapter).is_dir():
                 raise SystemExit(f"error: --judges adapter needs --adapter PATH (a Primitive adapter folder), got {adapter!r}")
             backend = local_backend(engine, "smollm2-135m", adapters={"primitive": adapter},
                                     max_batch_size=20, slot_tokens=1024)
             short = trained_short(adapter) if adapter_prompt == "auto" else adapter_prompt == "short"
-            prompt = relevance.SHORT_SYSTEM_PROMPT if short else relevance.SYSTEM_PROMPT
+            prompt = mode.system_prompt(short)
             judges[name] = (AnswerCache(backend, f"adapter:{engine}:{Path(adapter).resolve()}", cache), prompt)
         else:
             raise SystemExit(f"error: unknown judge {name!r} (one of {JUDGES})")
@@ -366,12 +367,13 @@ def judge_turn(backend, system_prompt: str, task, catalog, query: str, cards: li
 
 
 def judge_summary(name: str, counts: dict, judges: dict) -> dict:
-    from heart.roles import relevance
+    from heart.roles.registry import PRIMITIVE
 
     backend, system_prompt = judges[name]
+    short = PRIMITIVE.mode("relevance").system_prompt(short=True)
     return {**counts, "precision": counts["tp"] / max(1, counts["tp"] + counts["fp"]),
             "recall": counts["tp"] / max(1, counts["tp"] + counts["fn"]),
-            "system_prompt": "short" if system_prompt == relevance.SHORT_SYSTEM_PROMPT else "full",
+            "system_prompt": "short" if system_prompt == short else "full",
             "backend": getattr(backend, "name", name),
             "cache": {"hits": getattr(backend, "hits", 0), "misses": getattr(backend, "misses", 0)}}
 

@@ -504,7 +504,7 @@ def _refuse_clipped(role: str, examples: list[Example]) -> None:
     if bad:
         example, fields, _ = bad[0]
         raise ClippedTargetError(
-            f"{role}: {len(bad)} target(s) hold a clause cut off with an ellipsis in a natural-language field "
+            f"{role}: {len(bad)} target(s) hold a cut-off clause (an ellipsis or a dangling last word) in a natural-language field "
             f"(first: {example['env']}/{example['task_id']}, field {fields[0]}); the teacher must write "
             "whole sentences")
 

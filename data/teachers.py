@@ -1,6 +1,7 @@
 """Teachers: backends that answer every role well enough to learn from, built per episode.
 
-A teacher string names one (``heart collect --teacher``, :func:`heart.runtime.openai_compat.parse_teacher_spec`):
+A teacher string names one (``heart collect --teacher``, :func:`heart.runtime.openai_compat.parse_teacher_spec`);
+:func:`heart.runtime.backends.backend_for` builds it, as it builds every command's backend:
 
 - ``gold`` — the gold-guided teacher, :class:`heart.runtime.scripted.GoldTeacher`: it answers
   from the task's gold calls, with optional fault injection (``--fault-rate``) so the traces
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 
+from heart.runtime.backends import backend_for
 from heart.runtime.openai_compat import parse_teacher_spec
 from heart.runtime.scripted import GoldTeacher, gold_teacher_name
 
@@ -26,23 +28,20 @@ class TeacherFactory:
 
     def __init__(self, spec: str, fault_rate: float, environment, quantize: str | None = None,
                  max_batch_size: int = 8):
-        self.spec = parse_teacher_spec(spec)
+        self.spec = parse_teacher_spec(spec)  # a teacher is one of the three forms, not a bare model name
         if fault_rate and self.spec.kind != "gold":
             raise ValueError(f"--fault-rate applies to the gold teacher only, not to {spec!r}")
         self.fault_rate = fault_rate
         self.environment = environment
         self._shared = None
         if self.spec.kind == "openai":
-            from heart.runtime.openai_compat import OpenAIBackend
-
-            self._shared = OpenAIBackend(self.spec.url, self.spec.model)
+            self._shared = backend_for(spec)
         elif self.spec.kind == "hf":
             from heart.runtime.scheduler import BatchingBackend
-            from heart.user_errors import transformers_backend
 
             # Concurrent episodes share the one in-process model through the scheduler,
             # which serves their pending role calls as mixed-role batches.
-            self._shared = BatchingBackend(transformers_backend(self.spec.model, quantize=quantize),
+            self._shared = BatchingBackend(backend_for(spec, max_batch_size=max_batch_size, quantize=quantize),
                                            max_batch_size=max_batch_size)
 
     @property
@@ -56,7 +55,8 @@ class TeacherFactory:
 
     def __call__(self, task, seed: int):
         if self._shared is None:  # gold: phrasing and faults vary with the episode's seed
-            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.fault_rate, seed=seed)
+            return backend_for("gold", task=task, tools=self.environment.catalog(), fault_rate=self.fault_rate,
+                               seed=seed)
         return self._shared
 
 

@@ -141,11 +141,20 @@ def bind_outcome(output: dict[str, Any], schema: dict[str, Any]) -> tuple[str, d
         return err.failure_type, None
 
 
+def needs_extraction(bindings: dict[str, Any]) -> bool:
+    """Whether a Primitive input's bindings hold an earlier step's whole result (an object or
+    a list bound to one parameter): the Primitive must take the value out, not copy it."""
+    return any(isinstance(value, (dict, list)) for value in bindings.values())
+
+
 def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
-                     schema: dict[str, Any], target_failure: str | None = None) -> dict[str, Any]:
+                     schema: dict[str, Any], target_failure: str | None = None,
+                     bindings: dict[str, Any] | None = None) -> dict[str, Any]:
     """``target_failure`` is the failure type the loop recorded for the target, when the
     dataset carries it (RUNTIME_ERROR is only known by executing); else it is derived by
-    binding the target's arguments."""
+    binding the target's arguments. ``bindings``, the input's resolved bindings, give the
+    copy baseline (answering with them unchanged) and the extraction stratum
+    (:func:`needs_extraction`): on an input whose answer is its bindings, copying scores."""
     derived, want = bind_outcome(target, schema)
     target_type = target_failure or derived
     if prediction is None:
@@ -156,11 +165,19 @@ def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
         em = prediction is not None and prediction.get("status") == "UNRESOLVABLE"
     else:
         em = want is not None and got is not None and binding_value(got) == binding_value(want)
-    return {
+    row = {
         "arguments_em": int(em),
         "target_failure": target_type, "predicted_failure": predicted_type,
         "failure_type_correct": None if target_type == NO_FAILURE else int(predicted_type == target_type),
     }
+    if bindings is not None and target.get("family") != "code":
+        _, copied = bind_outcome({"arguments": bindings}, schema)
+        copy_em = int(want is not None and copied is not None and binding_value(copied) == binding_value(want))
+        extraction = needs_extraction(bindings)
+        row.update(copy_em=copy_em, extraction=int(extraction),
+                   extraction_em=int(em) if extraction else None,
+                   extraction_copy_em=copy_em if extraction else None)
+    return row
 
 
 # -- Verifier ----------------------------------------------------------------------------
@@ -220,6 +237,10 @@ METRICS: dict[str, dict[str, tuple[tuple[str, ...], Callable[[np.ndarray], float
     },
     "primitive": {
         "arguments_em": _mean("arguments_em"),
+        "copy_baseline_em": _mean("copy_em"),
+        "extraction_share": _mean("extraction"),
+        "extraction_arguments_em": _mean("extraction_em"),
+        "extraction_copy_baseline_em": _mean("extraction_copy_em"),
         "failure_type_accuracy": _mean("failure_type_correct"),
     },
     "verifier": {

@@ -73,23 +73,13 @@ def resolve_role_models(spec: str, model: str = "smollm2-135m") -> RoleModels:
 
 def shared_backend(models: RoleModels, max_batch_size: int = 8, engine: str = "peft"):
     """One backend for every call, or None for the gold teacher (built per task). ``engine``
-    serves the base and its adapters in-process (:data:`heart.runtime.engines.ENGINES`)."""
-    if models.teacher is not None:
-        from heart.runtime.openai_compat import parse_teacher_spec
+    serves the base and its adapters, or an ``hf:`` teacher, in process
+    (:data:`heart.runtime.backends.SERVING_ENGINES`)."""
+    from heart.runtime.backends import backend_for, built_per_task
 
-        teacher = parse_teacher_spec(models.teacher)
-        if teacher.kind == "gold":
-            return None
-        if teacher.kind == "openai":
-            from heart.runtime.openai_compat import OpenAIBackend
-
-            return OpenAIBackend(teacher.url, teacher.model)
-        from heart.runtime.hf import TransformersBackend
-
-        return TransformersBackend(teacher.model, max_batch_size=max_batch_size)
-    from heart.runtime.engines import local_backend
-
-    return local_backend(engine, models.model, models.adapters, max_batch_size)
+    if models.teacher is not None and built_per_task(models.teacher):
+        return None
+    return backend_for(models.teacher or models.model, models.adapters, engine, max_batch_size=max_batch_size)
 
 
 class UnadaptedView:

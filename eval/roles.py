@@ -89,7 +89,8 @@ class RoleEvalConfig:
 def load_rows(data: str | Path, role: str, split: str, limit: int | None, seed: int,
               fits: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
     """The role's rows of ``split``: all, or a seeded sample of ``limit`` (label-balanced for
-    the Verifier, see :func:`balanced_sample`) — the same rows for every model compared.
+    the Verifier, extraction rows and others in turn for the Primitive, see
+    :func:`balanced_sample`) — the same rows for every model compared.
     With ``fits``, only rows it accepts are sampled from (see :func:`prompt_fits`)."""
     return load_role_rows(data, role, split, limit, seed, fits)[0]
 
@@ -137,21 +138,40 @@ def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, s
         label = next((c for c in LABEL_COLUMNS if c in rows.column_names), None)
         if role == "verifier" and label is not None:
             return balanced_sample(list(rows.shuffle(seed=seed)), label, limit), left_out
+        if role == "primitive":
+            return balanced_sample(list(rows.shuffle(seed=seed)), primitive_stratum, limit), left_out
         rows = rows.shuffle(seed=seed).select(range(limit))
     return list(rows), left_out
 
 
-def balanced_sample(rows: list[dict[str, Any]], label: str, limit: int) -> list[dict[str, Any]]:
-    """``limit`` rows taking the labels in turn (PASS, FAIL, PASS, ...) while each lasts.
+def primitive_stratum(row: dict[str, Any]) -> str:
+    """"extraction" for a tool call whose input binds an earlier step's whole result (the
+    Primitive must take the value out: :func:`heart_distill.eval.metrics.needs_extraction`),
+    else "other" (its bindings are the answer, or a code step)."""
+    from heart_distill.eval.metrics import needs_extraction
+
+    payload = role_input(row["messages"][:-1])
+    tool_call = payload.get("tool", {}).get("family", "tool") != "code"
+    return "extraction" if tool_call and needs_extraction(payload.get("resolved_bindings") or {}) else "other"
+
+
+def balanced_sample(rows: list[dict[str, Any]], label: str | Callable[[dict[str, Any]], str],
+                    limit: int) -> list[dict[str, Any]]:
+    """``limit`` rows taking the labels in turn (PASS, FAIL, PASS, ...) while each lasts;
+    ``label`` is a column, or a function of the row.
 
     A test collection holds about two PASS steps per FAIL, so a plain sample of a few rows is
     mostly PASS and a Verifier that always says PASS scores high on it. The Verifier's job is
     to tell the two apart: its held-out sample is label-balanced, as its training set is, and
-    verdict accuracy on it is balanced accuracy. ``rows`` are already shuffled (seeded).
+    verdict accuracy on it is balanced accuracy. The Primitive's sample takes extraction rows
+    and the others in turn (:func:`primitive_stratum`): most of its inputs' bindings already
+    are the answer, and a sample of those measures copying. ``rows`` are already shuffled
+    (seeded).
     """
+    key = label if callable(label) else (lambda row: str(row[label]))
     by_label: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_label.setdefault(str(row[label]), []).append(row)
+        by_label.setdefault(key(row), []).append(row)
     queues = [by_label[k] for k in sorted(by_label, reverse=True)]  # PASS first, then FAIL
     sample: list[dict[str, Any]] = []
     while len(sample) < limit and any(queues):
@@ -161,20 +181,17 @@ def balanced_sample(rows: list[dict[str, Any]], label: str, limit: int) -> list[
     return sample
 
 
-def _system(role: str, models: RoleModels) -> str | None:
-    if role not in models.short_prompts:
-        return None
-    from heart.roles import ROLE_MODULES
-
-    return ROLE_MODULES[role].SHORT_SYSTEM_PROMPT
-
-
 def request_for(role: str, row: dict[str, Any], models: RoleModels, config: RoleEvalConfig) -> GenerationRequest:
-    messages = [dict(m) for m in row["messages"][:-1]]  # system + user; the last is the target
-    short = _system(role, models)
-    if short is not None and messages[0]["role"] == "system":
-        messages[0]["content"] = short
-    schema = schema_for(role, role_input(messages)) if config.constrained else None
+    """The row's system + user messages (the last is the target), the system prompt swapped
+    for the short one of the input's mode when ``role``'s adapter was trained on it."""
+    from heart.roles.registry import get_role
+
+    messages = [dict(m) for m in row["messages"][:-1]]
+    short = role in models.short_prompts and messages[0]["role"] == "system"
+    payload = role_input(messages) if short or config.constrained else None  # read only when needed
+    if short:
+        messages[0]["content"] = get_role(role).system_prompt(payload, short=True)
+    schema = schema_for(role, payload) if config.constrained else None
     sampling = SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[role],
                               guided_json=json.dumps(schema) if schema is not None else None)
     return GenerationRequest(role, messages, sampling)
@@ -196,7 +213,8 @@ def score_row(role: str, row: dict[str, Any], generation: Generation) -> dict[st
     elif role == "router":
         scores = router_scores(target, prediction)
     elif role == "primitive":
-        scores = primitive_scores(target, prediction, tool_schema(role, payload), row.get("failure_type"))
+        scores = primitive_scores(target, prediction, tool_schema(role, payload), row.get("failure_type"),
+                                  bindings=payload.get("resolved_bindings"))
     else:
         label = next((row[c] for c in LABEL_COLUMNS if row.get(c)), None)
         scores = verifier_scores(target, prediction, label)

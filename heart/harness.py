@@ -33,12 +33,14 @@ from typing import Any
 
 import yaml
 
+from heart.roles.registry import ROLE_NAMES
 from heart.user_errors import UserError
 
 FORMAT = "heart-harness/1"
 FILE = "harness.yaml"
 MIDDLEWARE_FILE = "middleware.yaml"
-ROLES = ("planner", "router", "primitive", "verifier")
+ROLES = ROLE_NAMES
+"""The roles a harness may edit: the registry's (this name is what callers import)."""
 EDITS = ("append", "replace")
 
 

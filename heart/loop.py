@@ -16,8 +16,9 @@ Algorithm 1 (HEART, Appendix C), as the paper writes it::
     return failure                               # budget spent
 
 How this module maps it: :meth:`HeartLoop.solve` is the ``while`` (the first plan, then at
-most B re-plans, each annotated ``replanned: true`` by the Planner); ``feedback`` is C and
-keeps every feedback of the turn, so a re-plan sees all of them; :meth:`run_steps` is the
+most B re-plans, each annotated ``replanned: true`` by the Planner); :class:`TurnState`
+carries q, T_q and C (its ``feedback``, every feedback of the turn, so a re-plan sees all of
+them); :meth:`run_steps` is the
 ``for``: among the steps whose dependencies succeeded it runs the one of highest priority
 (then the lowest step number), gives its Primitive the results of the steps it depends on
 (``upstream_context``), and verifies it at once with its tool's schema in the Verifier's
@@ -139,6 +140,7 @@ from heart.primitives import (
 )
 from heart.roles import planner, primitive, primitive_messages, router, verifier
 from heart.roles.planner import PlannerOutput
+from heart.roles.registry import PLANNER, PRIMITIVE, ROUTER, VERIFIER, Role, get_role
 from heart.roles.router import PRIORITY_RANK, Dispatch, RouterOutput
 from heart.roles.verifier import VerifierOutput
 from heart.toolface import ToolFace
@@ -242,6 +244,31 @@ class Attempt:
     verdict: str = "ERROR"
     """PASS, FAIL, or ERROR when no verdict could be read."""
     feedback: str = ""
+
+
+@dataclass
+class TurnState:
+    """What one turn carries from role call to role call: Algorithm 1's q, T_q and C, and
+    what the turn has gathered so far. One per turn; its lists grow in place, attempt after
+    attempt, so every re-plan sees all of them."""
+
+    query: str
+    """q: the user's query."""
+    tools: list[dict[str, str]]
+    """T_q: the tools the Planner is shown (name, description, category); a re-plan that
+    looks further replaces it by a longer list (:meth:`HeartLoop.more_tools`)."""
+    conversation: list[dict[str, str]]
+    """The earlier turns of the episode (user, response)."""
+    ledger: TurnLedger
+    """The calls this turn executed: what a re-plan reuses (:mod:`heart.ledger`)."""
+    calls: TurnCalls
+    """The turn's successful calls: what prerequisite intercepts look at (:mod:`heart.middleware`)."""
+    clarifications: list[dict[str, str]] = field(default_factory=list)
+    """The Planner's questions this turn and the user's answers."""
+    executed: list[dict[str, Any]] = field(default_factory=list)
+    """The steps run so far this turn, as the Planner's and Router's ``executed_so_far`` show them."""
+    feedback: list[str] = field(default_factory=list)
+    """C: every feedback of the turn, oldest first."""
 
 
 @dataclass
@@ -356,38 +383,33 @@ class HeartLoop:
         tools = self._listed(self.first_tools(query))
         if self.config.code:  # the Code primitive is always at hand, like the Planner's own arithmetic
             tools.append({"name": CODE_PRIMITIVE, "description": CODE_DESCRIPTION, "category": CODE_CATEGORY})
-        clarifications: list[dict[str, str]] = []
-        executed: list[dict[str, Any]] = []
-        feedback: list[str] = []  # C: every feedback of the turn stays in context
+        # C ← ∅: the turn's feedback, clarifications and executed steps stay in its state;
+        # TurnLedger is looked up here, at run time (bench/replan_reuse.py swaps it)
+        turn = TurnState(query, tools, conversation, ledger=TurnLedger(), calls=TurnCalls())
         attempts: list[Attempt] = []
-        ledger = TurnLedger()  # the calls this turn executed: what a re-plan reuses
-        calls = TurnCalls()  # the turn's successful calls: what prerequisite intercepts look at
 
         def result(verdict: str, response: str) -> TurnResult:
-            return TurnResult(verdict, response, attempts, clarifications, dict(ledger.counts))
+            return TurnResult(verdict, response, attempts, turn.clarifications, dict(turn.ledger.counts))
 
         for b in range(self.config.replan_budget + 1):  # the first plan, then ≤ B re-plans
             attempt = Attempt(b)
             attempts.append(attempt)
             if b > 0:
-                self.observe("replan", {"attempt": b, "feedback": list(feedback)})
+                self.observe("replan", {"attempt": b, "feedback": list(turn.feedback)})
                 if looks_further(attempts[-2]):
-                    tools = self.more_tools(tools, feedback[-1])
-            context = {"query": query, "tools": tools, "conversation": conversation,
-                       "clarifications": clarifications, "executed": executed, "feedback": feedback,
-                       "ledger": ledger, "calls": calls}
+                    turn.tools = self.more_tools(turn.tools, turn.feedback[-1])
 
             # π ← PLANNER(q, T_q, C); an INSUFFICIENT plan asks the user (bounded)
-            plan = self.plan(context, attempt)
+            plan = self.plan(turn, attempt)
             while plan is not None and plan.status == "INSUFFICIENT" \
-                    and len(clarifications) < self.config.max_clarifications:
+                    and len(turn.clarifications) < self.config.max_clarifications:
                 answer = self.ask_user(plan.clarification)
-                clarifications.append({"question": plan.clarification, "answer": answer})
-                self.observe("clarification", clarifications[-1])
-                plan = self.plan(context, attempt)
+                turn.clarifications.append({"question": plan.clarification, "answer": answer})
+                self.observe("clarification", turn.clarifications[-1])
+                plan = self.plan(turn, attempt)
             if plan is None or plan.status == "INSUFFICIENT":
                 attempt.feedback = attempt.feedback or "The clarification budget is spent: plan with the information given."
-                feedback.append(attempt.feedback)
+                turn.feedback.append(attempt.feedback)
                 continue
             attempt.plan = plan
             if not plan.plan:  # nothing any available tool can do: no step to verify
@@ -396,29 +418,29 @@ class HeartLoop:
                         and not any(a.plan is not None and not a.plan.plan for a in attempts[:-1]):
                     attempt.verdict = "FAIL"
                     attempt.feedback = f"No shown tool serves this ({plan.intent.task}); more tools are shown."
-                    feedback.append(attempt.feedback)
+                    turn.feedback.append(attempt.feedback)
                     continue
                 attempt.verdict = "PASS"
                 return result("PASS", NO_TOOL_RESPONSE)
 
             # D ← ROUTER(π, C); in step mode β_k ← ROUTER(π_k, C) inside run_steps
             if self.config.router_mode == "plan":
-                dispatch = self.route(context, plan, attempt)
+                dispatch = self.route(turn, plan, attempt)
                 if dispatch is None:
-                    feedback.append(attempt.feedback)
+                    turn.feedback.append(attempt.feedback)
                     continue
                 attempt.dispatch = dispatch
             else:
                 attempt.dispatch = RouterOutput(status="READY", dispatch=[])
 
             # for each step k: r_k ← P_k(x_k; c); VERIFIER(r_k, π_k, s_k); FAIL → C ∪ {ϕ_k}, break
-            self.run_steps(context, attempt)
-            executed += [{"attempt": b, "step": s, "tool": r.tool, "status": r.status, "summary": r.summary,
-                          **({"messages": [shown_message(m) for m in r.messages]} if r.messages else {})}
-                         for s, r in attempt.results.items() if r.status != "SKIPPED" and not r.reused]
+            self.run_steps(turn, attempt)
+            turn.executed += [{"attempt": b, "step": s, "tool": r.tool, "status": r.status, "summary": r.summary,
+                               **({"messages": [shown_message(m) for m in r.messages]} if r.messages else {})}
+                              for s, r in attempt.results.items() if r.status != "SKIPPED" and not r.reused]
             if attempt.verdict == "PASS":
                 return result("PASS", self.response(attempts))
-            feedback.append(attempt.feedback)
+            turn.feedback.append(attempt.feedback)
 
         return result("FAIL", self.failure_report(attempts))  # budget spent
 
@@ -431,11 +453,10 @@ class HeartLoop:
         from heart.relevance import relevant_tools
         from heart.roles import relevance
 
-        short = primitive.ROLE in self.config.short_prompts
         names, _ = relevant_tools(self.roles, self.toolface, query, self.config.relevance_candidates,
                                   self.config.relevance_shown, prefill=self.config.prefill,
                                   constrained=self.config.constrained,
-                                  system_prompt=relevance.SHORT_SYSTEM_PROMPT if short else relevance.SYSTEM_PROMPT)
+                                  system_prompt=self._system(PRIMITIVE, mode=relevance.MODE))
         return [self.toolface.get(name) for name in names]
 
     def primitive_tool(self, name: str):
@@ -455,7 +476,7 @@ class HeartLoop:
         extra = [t for t in self.toolface.retrieve(feedback) if t.name not in shown]
         return tools + self._listed(extra[:self.config.replan_tools])
 
-    def run_steps(self, context: dict[str, Any], attempt: Attempt) -> None:
+    def run_steps(self, turn: TurnState, attempt: Attempt) -> None:
         """Run the attempt's steps in dependency + priority order, verifying as configured;
         sets ``attempt.verdict`` and, on FAIL, ``attempt.feedback``."""
         plan_steps = {s.step: s for s in attempt.plan.plan}
@@ -484,15 +505,14 @@ class HeartLoop:
                 continue
             for s in ready:  # β_k ← ROUTER(π_k, C): step mode routes a step once it is ready
                 if pending[s] is None:
-                    pending[s] = self.route_step(context, attempt, plan_steps[s])
+                    pending[s] = self.route_step(turn, attempt, plan_steps[s])
                     if pending[s] is None:
                         attempt.verdict = "ERROR"
                         return
                     attempt.dispatch.dispatch.append(pending[s])
             d = min((pending[s] for s in ready), key=lambda d: (-PRIORITY_RANK[d.h_params.priority], d.step))
             del pending[d.step]
-            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps, context.get("ledger"),
-                                                                            context.get("calls"))
+            envelope = attempt.results[d.step] = self.run_primitive(d, attempt, plan_steps, turn.ledger, turn.calls)
             self.observe("result", {"attempt": attempt.attempt, "step": d.step, "envelope": envelope})
             if envelope.reused and envelope.meta["reused"].get("passed") and self.config.verify == "step":
                 done.add(d.step)  # the Verifier passed this very call: kept, not judged again
@@ -503,7 +523,7 @@ class HeartLoop:
                     done.add(d.step)
                     self.send_messages(d, attempt, plan_steps, pending)
                 continue
-            verdict = self.verify(context, attempt, [d])
+            verdict = self.verify(turn, attempt, [d])
             if verdict is None:
                 attempt.verdict = "ERROR"
                 return
@@ -511,13 +531,13 @@ class HeartLoop:
                 attempt.verdict, attempt.feedback = "FAIL", verdict.feedback
                 return
             done.add(d.step)
-            if context.get("ledger") is not None and not envelope.reused:
-                context["ledger"].passed(attempt.attempt, d.step)
+            if not envelope.reused:
+                turn.ledger.passed(attempt.attempt, d.step)
             self.send_messages(d, attempt, plan_steps, pending)
         if self.config.verify == "step":
             attempt.verdict = "PASS"
             return
-        verdict = self.verify(context, attempt, list(attempt.dispatch.dispatch))
+        verdict = self.verify(turn, attempt, list(attempt.dispatch.dispatch))
         if verdict is None:
             attempt.verdict = "ERROR"
         else:
@@ -525,58 +545,60 @@ class HeartLoop:
             attempt.feedback = verdict.feedback
 
     # -- the four roles --------------------------------------------------------------------
-    def _system(self, module, full: str | None = None) -> str:
-        """The role's system prompt: its short one for a context-distilled role, else ``full``
-        (default: the module's ``SYSTEM_PROMPT``), with a harness's edits."""
-        short = module.ROLE in self.config.short_prompts
-        prompt = module.SHORT_SYSTEM_PROMPT if short else (full or module.SYSTEM_PROMPT)
-        for role, edit, text in self.config.prompt_edits:  # a harness's edits (heart.harness)
-            if role == module.ROLE:
+    def _system(self, role: Role, payload: dict[str, Any] | None = None, mode: str | None = None) -> str:
+        """The system prompt ``role`` gets for ``payload`` (or in its ``mode``): the short one
+        for a context-distilled role, else the full one of the input's mode, with a harness's
+        edits where they apply (:attr:`heart.roles.registry.Mode.edited_by_harness`)."""
+        role = get_role(role)
+        chosen = role.mode(mode) if mode is not None else role.mode_for(payload)
+        prompt = chosen.system_prompt(short=role.name in self.config.short_prompts)
+        for edited, edit, text in self.config.prompt_edits if chosen.edited_by_harness else ():  # heart.harness
+            if edited == role.name:
                 prompt = text if edit == "replace" else f"{prompt}\n{text}"
         return prompt
 
-    def _ask(self, module, payload: dict[str, Any], attempt: int, step: int | None = None, record: bool = True):
+    def _ask(self, role: Role, payload: dict[str, Any], attempt: int, step: int | None = None, record: bool = True):
         """One role call: messages from the payload, parsed against the payload, decoding
-        constrained by the schema the payload implies."""
-        prefill = module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained else ""
-        schema = module.schema_for_input(payload) if self.config.constrained else None
-        full = router.system_prompt_for(payload) if module is router else None
-        return self.roles.call(module.ROLE, module.build_messages(payload, system_prompt=self._system(module, full)),
-                               lambda text: module.parse_for_input(text, payload), attempt, step=step,
+        constrained by the schema the payload implies (all from the payload's mode)."""
+        mode = role.mode_for(payload)
+        prefill = mode.response_prefix if self.config.prefill and not self.config.constrained else ""
+        schema = mode.schema_for_input(payload) if self.config.constrained else None
+        return self.roles.call(role.name, mode.build_messages(payload, system_prompt=self._system(role, payload)),
+                               lambda text: mode.parse_for_input(text, payload), attempt, step=step,
                                record=record, prefill=prefill, schema=schema)
 
-    def plan(self, context: dict[str, Any], attempt: Attempt) -> PlannerOutput | None:
+    def plan(self, turn: TurnState, attempt: Attempt) -> PlannerOutput | None:
         conversation = [{"user": c["user"], "response": one_line(c["response"], PLANNER_CONVERSATION_CHARS)}
-                        for c in context["conversation"]]
+                        for c in turn.conversation]
         payload = planner.build_payload(
-            context["query"], context["tools"], conversation=conversation,
-            clarifications=context["clarifications"], executed_so_far=context["executed"],
-            feedback=context["feedback"],
-            may_ask=len(context["clarifications"]) < self.config.max_clarifications,
+            turn.query, turn.tools, conversation=conversation,
+            clarifications=turn.clarifications, executed_so_far=turn.executed,
+            feedback=turn.feedback,
+            may_ask=len(turn.clarifications) < self.config.max_clarifications,
             max_steps=self.config.max_plan_steps)
-        call = self._ask(planner, payload, attempt.attempt)
+        call = self._ask(PLANNER, payload, attempt.attempt)
         if not call.ok:
             self._attempt_error(attempt, "planner", call.result.error)
             return None
         self.observe("plan", {"attempt": attempt.attempt, "plan": call.result.value})
         return call.result.value
 
-    def route(self, context: dict[str, Any], plan: PlannerOutput, attempt: Attempt) -> RouterOutput | None:
+    def route(self, turn: TurnState, plan: PlannerOutput, attempt: Attempt) -> RouterOutput | None:
         steps = [{"step": s.step, "tool_hint": s.tool_hint, "objective": s.objective, "dependencies": s.dependencies}
                  for s in plan.plan]
         tools = {s.tool_hint: router.parameters_for(s.tool_hint, self.primitive_tool(s.tool_hint).spec.parameters)
                  for s in plan.plan}
-        payload = router.build_payload(context["query"], steps, tools, conversation=context["conversation"],
-                                       clarifications=context["clarifications"],
-                                       executed_so_far=context["executed"])
-        call = self._ask(router, payload, attempt.attempt)
+        payload = router.build_payload(turn.query, steps, tools, conversation=turn.conversation,
+                                       clarifications=turn.clarifications,
+                                       executed_so_far=turn.executed)
+        call = self._ask(ROUTER, payload, attempt.attempt)
         if not call.ok:
             self._attempt_error(attempt, "router", call.result.error)
             return None
         self.observe("dispatch", {"attempt": attempt.attempt, "dispatch": call.result.value})
         return call.result.value
 
-    def route_step(self, context: dict[str, Any], attempt: Attempt, step) -> Dispatch | None:
+    def route_step(self, turn: TurnState, attempt: Attempt, step) -> Dispatch | None:
         """β_k ← ROUTER(π_k, C): the step-mode Router call for one ready ``step``, shown the
         results of the steps it depends on; its invocation request written from its bindings."""
         tools = {step.tool_hint: router.parameters_for(step.tool_hint, self.primitive_tool(step.tool_hint).spec.parameters)}
@@ -584,11 +606,11 @@ class HeartLoop:
                                           attempt.results[dep].result)
                     for dep in step.dependencies if dep in attempt.results and attempt.results[dep].ok]
         payload = router.build_step_payload(
-            context["query"], {"step": step.step, "tool_hint": step.tool_hint, "objective": step.objective,
-                               "dependencies": step.dependencies},
-            tools, upstream, conversation=context["conversation"], clarifications=context["clarifications"],
-            executed_so_far=context["executed"], feedback=context["feedback"])
-        call = self._ask(router, payload, attempt.attempt, step=step.step)
+            turn.query, {"step": step.step, "tool_hint": step.tool_hint, "objective": step.objective,
+                         "dependencies": step.dependencies},
+            tools, upstream, conversation=turn.conversation, clarifications=turn.clarifications,
+            executed_so_far=turn.executed, feedback=turn.feedback)
+        call = self._ask(ROUTER, payload, attempt.attempt, step=step.step)
         if not call.ok:
             self._attempt_error(attempt, "router", call.result.error)
             return None
@@ -614,7 +636,7 @@ class HeartLoop:
         card = primitive.code_card() if code else primitive.tool_card(tool.name, tool.spec.description,
                                                                        tool.spec.parameters)
         payload = primitive.build_payload(d.invocation_request, bindings, card, upstream)
-        call = self._ask(primitive, payload, attempt.attempt, step=d.step, record=False)
+        call = self._ask(PRIMITIVE, payload, attempt.attempt, step=d.step, record=False)
         if not call.ok:
             envelope = failure(tool.name, SCHEMA_RESOLUTION, f"unreadable primitive output: {call.result.error}")
         elif call.result.value.status == "UNRESOLVABLE":
@@ -667,24 +689,18 @@ class HeartLoop:
         reading = readers(d.step, plan_steps, pending)
         if not self.config.messages or not envelope.ok or not reading:
             return
-        module = primitive_messages
-        payload = module.build_payload(envelope.tool, d.invocation_request, shrink(envelope.result), reading)
-        # its own prompts (a harness's edit of the Primitive's prompt is for the other mode)
-        system = module.SHORT_SYSTEM_PROMPT if module.ROLE in self.config.short_prompts else module.SYSTEM_PROMPT
-        call = self.roles.call(module.ROLE, module.build_messages(payload, system_prompt=system),
-                               lambda text: module.parse_for_input(text, payload), attempt.attempt, step=d.step,
-                               record=False,
-                               prefill=module.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained
-                               else "",
-                               schema=module.schema_for_input(payload) if self.config.constrained else None)
+        payload = primitive_messages.build_payload(envelope.tool, d.invocation_request, shrink(envelope.result),
+                                                   reading)
+        # the Primitive's messages mode, with its own prompts (no harness edit: those are for the tool mode)
+        call = self._ask(PRIMITIVE, payload, attempt.attempt, step=d.step, record=False)
         sent, unresolved = [], []
         for message in (call.result.value.messages if call.ok else []):
             (sent if field_resolves(envelope, message.field) else unresolved).append(message.model_dump())
         envelope.messages = sent
-        self.roles.record(call, mode=module.MODE, envelope=envelope.to_dict(),
+        self.roles.record(call, mode=primitive_messages.MODE, envelope=envelope.to_dict(),
                           **({"unresolved_messages": unresolved} if unresolved else {}))
 
-    def verify(self, context: dict[str, Any], attempt: Attempt, dispatches: list[Dispatch]) -> VerifierOutput | None:
+    def verify(self, turn: TurnState, attempt: Attempt, dispatches: list[Dispatch]) -> VerifierOutput | None:
         """VERIFIER(r_k, π_k, s_k) for one step (with its tool's schema), or the whole
         attempt (every step, no schemas) in the whole-attempt variant."""
         plan_steps = {s.step: s for s in attempt.plan.plan}
@@ -696,10 +712,10 @@ class HeartLoop:
             entries.append(verifier.step_entry(
                 {"step": step.step, "tool_hint": step.tool_hint, "objective": step.objective},
                 d.invocation_request, d.resolved_bindings, attempt.results[d.step].for_input(), schema))
-        payload = verifier.build_payload(context["query"], attempt.plan.intent.model_dump(), entries,
-                                         conversation=context["conversation"],
-                                         clarifications=context["clarifications"])
-        call = self._ask(verifier, payload, attempt.attempt, step=dispatches[0].step if per_step else None)
+        payload = verifier.build_payload(turn.query, attempt.plan.intent.model_dump(), entries,
+                                         conversation=turn.conversation,
+                                         clarifications=turn.clarifications)
+        call = self._ask(VERIFIER, payload, attempt.attempt, step=dispatches[0].step if per_step else None)
         if not call.ok:
             self._attempt_error(attempt, "verifier", call.result.error)
             return None

@@ -245,18 +245,19 @@ class HeartMCP:
         from heart.calls import EpisodeContext, RoleClient
         from heart.episode import episode_id
         from heart.roles import primitive
+        from heart.roles.registry import PRIMITIVE
 
         backend = self.backend_for(task)
         context = EpisodeContext(episode_id(task.env, task.task_id, self.seed, backend.name), task.task_id, task.env)
         card = primitive.tool_card(tool.name, tool.spec.description, tool.spec.parameters)
         payload = primitive.build_payload(request, bindings, card)
-        system = primitive.SHORT_SYSTEM_PROMPT if "primitive" in self.config.short_prompts else primitive.SYSTEM_PROMPT
-        prefill = primitive.RESPONSE_PREFIX if self.config.prefill and not self.config.constrained else ""
-        schema = primitive.schema_for_input(payload) if self.config.constrained else None
+        system = PRIMITIVE.system_prompt(payload, short=PRIMITIVE.name in self.config.short_prompts)
+        prefill = PRIMITIVE.response_prefix if self.config.prefill and not self.config.constrained else ""
+        schema = PRIMITIVE.schema_for_input(payload) if self.config.constrained else None
         with self._serialised():
             call = RoleClient(backend, context, self.trace, self.sampling).call(
-                "primitive", primitive.build_messages(payload, system_prompt=system),
-                lambda text: primitive.parse_for_input(text, payload), 0, prefill=prefill, schema=schema)
+                PRIMITIVE.name, PRIMITIVE.build_messages(payload, system_prompt=system),
+                lambda text: PRIMITIVE.parse_for_input(text, payload), 0, prefill=prefill, schema=schema)
         output = call.generation.text
         if not call.ok:
             return None, output, failure(tool.name, SCHEMA_RESOLUTION,

@@ -184,23 +184,16 @@ def serve(args) -> int:
 
     import uvicorn
 
+    from heart.runtime.backends import backend_for
     from heart.runtime.scheduler import BatchingBackend
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"heart serve: warning: binding {args.host}, not loopback; the server has no authentication",
               file=sys.stderr)
     adapters = dict(args.adapters)
-    if args.quantize and args.engine != "peft":
-        raise SystemExit(f"error: --quantize int8 is a peft-engine option; --engine is {args.engine}")
-    if args.engine == "vllm":
-        from heart.runtime.vllm_engine import VLLMBackend
-
-        inner = VLLMBackend(args.model, adapters=adapters)
-    else:
-        from heart.runtime.engines import local_backend
-
-        options = {"quantize": args.quantize} if args.quantize else {}
-        inner = local_backend(args.engine, args.model, adapters, args.max_batch_size, **options)
+    # the same model strings and engines as every command; a bad one is a UserError naming it
+    inner = backend_for(args.model, adapters, args.engine, max_batch_size=args.max_batch_size,
+                        quantize=args.quantize)
     backend = BatchingBackend(inner, max_batch_size=args.max_batch_size, max_wait_s=0.02)
     config = ServeConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens)
     app = build_app(backend, list(adapters), token_counter(inner), config)

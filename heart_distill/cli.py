@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
+from heart.runtime.backends import backend_for, parse_model_spec
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.arguments import LoopPolicy, collect_arguments, loop_policy_arguments, optimize_arguments
+
+if TYPE_CHECKING:
+    from heart.library import Library
 
 DEMO_TASKS = ["multi_turn_base_0", "multi_turn_base_1"]
 
@@ -57,74 +63,111 @@ def _library(args: argparse.Namespace):
         raise UserError(f"--library: {err}") from None
 
 
+@dataclass(frozen=True)
+class Serving:
+    """What a command serves, read from its command line once: --model's kind, --library, and
+    the role adapters (--adapter parsed over the library's). Every part of one command takes
+    them from here instead of reading the library or parsing --adapter again."""
+
+    args: argparse.Namespace
+    kind: str
+    """--model's kind (:func:`heart.runtime.backends.parse_model_spec`): gold, openai or hf (in process)."""
+    library: Library | None
+    adapters: dict[str, str]
+    """The library's admitted adapters, with each --adapter ROLE=PATH taking precedence."""
+    short_prompts: tuple[str, ...]
+    """Roles whose admitted library adapter (not overridden by --adapter, not already given
+    by --short-prompt) learnt the short prompt."""
+
+    @property
+    def per_task(self) -> bool:
+        """The gold teacher: built for each task, from its gold calls."""
+        return self.kind == "gold"
+
+    @property
+    def in_process(self) -> bool:
+        """A model loaded here, which serves the role adapters (a server serves its own)."""
+        return self.kind == "hf"
+
+
+def _serving(args: argparse.Namespace) -> Serving:
+    """--model checked, --adapter parsed and --library read, once, before any model loads."""
+    kind = _model_spec(args.model).kind
+    flagged = _adapters(args.adapter)
+    library = _library(args)
+    admitted = library.adapter_paths() if library else {}
+    return Serving(args, kind, library, {**admitted, **flagged},
+                   _library_short_prompts(library, set(flagged), set(getattr(args, "short_prompt", ()))))
+
+
 def _served_adapters(args: argparse.Namespace) -> dict[str, str]:
     """The library's admitted adapters, with each --adapter ROLE=PATH taking precedence."""
-    library = _library(args)
-    return {**(library.adapter_paths() if library else {}), **_adapters(args.adapter)}
+    return _serving(args).adapters
 
 
-def _library_short_prompts(args: argparse.Namespace) -> tuple[str, ...]:
-    """Roles whose admitted library adapter (not overridden by --adapter) learnt the short prompt."""
-    library = _library(args)
+def _library_short_prompts(library: Library | None, overridden: set[str], asked: set[str]) -> tuple[str, ...]:
     if library is None:
         return ()
-    overridden = set(_adapters(args.adapter))
     return tuple(role for role, entry in library.adapters.items() if role not in overridden
-                 and role not in args.short_prompt
-                 and (entry.get("system_prompt") or "") == "short")
+                 and role not in asked and (entry.get("system_prompt") or "") == "short")
 
 
-def _with_library(args: argparse.Namespace, environment):
+def _with_library(serving: Serving, environment):
     """The environment with the library's admitted composites for it among its tools."""
     from heart.library import LibraryEnvironment
 
-    library = _library(args)
-    composites = library.composites(environment.name) if library else []
+    composites = serving.library.composites(environment.name) if serving.library else []
     return LibraryEnvironment(environment, composites) if composites else environment
 
 
-def _backend(args: argparse.Namespace, task=None, environment=None):
-    if args.model == "gold":
-        from heart.runtime.scripted import GoldTeacher
-
-        library = _library(args)
-        return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate,
+def _backend(serving: Serving, task=None, environment=None):
+    """The loop's backend: the gold teacher of one task (with the library's composites), or the
+    model every task shares."""
+    args = serving.args
+    if serving.per_task:
+        library = serving.library
+        return backend_for(args.model, task=task, tools=environment.catalog(), fault_rate=args.fault_rate,
                            composites=library.composites(task.env) if library else ())
-    if args.model.startswith("openai:"):
-        from heart.runtime.openai_compat import OpenAIBackend
-
-        spec = _model_spec(args.model)
-        return OpenAIBackend(spec.url, spec.model)
-    from heart.user_errors import transformers_backend
-
-    # `hf:X` means what it means for `collect --teacher`: the transformers model X.
-    model = _model_spec(args.model).model if args.model.startswith("hf:") else args.model
-    options = {"quantize": args.quantize} if args.quantize else {}
-    return transformers_backend(model, _served_adapters(args), engine=getattr(args, "engine", "peft"), **options)
+    # The library's adapters are for a model loaded here; a server serves its own (and
+    # _check_loop_arguments refuses an --adapter beside one).
+    adapters = serving.adapters if serving.in_process else {}
+    return backend_for(args.model, adapters, args.engine, quantize=args.quantize)
 
 
 def _model_spec(model: str):
-    from heart.runtime.openai_compat import parse_teacher_spec
     from heart.user_errors import UserError
 
     try:
-        return parse_teacher_spec(model)
+        return parse_model_spec(model)
     except ValueError as err:
         raise UserError(f"--model: {err}") from None
 
 
-def _check_loop_arguments(args: argparse.Namespace) -> None:
+def _loop_serving(args: argparse.Namespace) -> Serving:
+    """A loop command's --model, --adapter and --library, read once and checked together."""
+    serving = _serving(args)
+    _check_loop_arguments(serving)
+    return serving
+
+
+def _check_loop_arguments(serving: Serving) -> None:
     """Refuse flag combinations that would be silently ignored."""
     from heart.user_errors import UserError
 
-    if args.adapter and (args.model == "gold" or args.model.startswith("openai:")):
-        kind = "the gold teacher" if args.model == "gold" else "an OpenAI-compatible server (it serves its own adapters)"
+    args = serving.args
+    if args.adapter and not serving.in_process:
+        kind = "the gold teacher" if serving.per_task else "an OpenAI-compatible server (it serves its own adapters)"
         raise UserError(f"--adapter applies to in-process models only, not to {kind}: "
                         f"drop --adapter or use --model <name|folder|hf:ID>")
-    _adapters(args.adapter)  # ROLE=PATH syntax, before any model loads
-    if args.fault_rate and args.model != "gold":
+    if args.fault_rate and not serving.per_task:
         raise UserError(f"--fault-rate applies to --model gold only, not to {args.model!r}")
-    if getattr(args, "quantize", None) and getattr(args, "engine", "peft") != "peft":
+    _check_quantize(args)
+
+
+def _check_quantize(args: argparse.Namespace) -> None:
+    from heart.user_errors import UserError
+
+    if args.quantize and args.engine != "peft":
         raise UserError(f"--quantize int8 is a peft-engine option; --engine is {args.engine}")
 
 
@@ -149,7 +192,7 @@ def _harness(args: argparse.Namespace, environment=None):
     return load_harness(args.harness)
 
 
-def _loop_config(args: argparse.Namespace):
+def _loop_config(args: argparse.Namespace, serving: Serving):
     from heart.harness import loop_fields
     from heart.loop import LoopConfig
 
@@ -157,7 +200,7 @@ def _loop_config(args: argparse.Namespace):
     fields = {**LoopPolicy.from_args(args).loop_fields(), **loop_fields(_harness(args))}
     return LoopConfig(retrieve_k=args.retrieve_k,
                       max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
-                      short_prompts=tuple(args.short_prompt) + _library_short_prompts(args),
+                      short_prompts=tuple(args.short_prompt) + serving.short_prompts,
                       prefill=not args.no_prefill, constrained=not args.no_constrain, **fields)
 
 
@@ -168,13 +211,13 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     from heart.runtime.base import SamplingConfig
     from heart.traces import TraceWriter
 
-    _check_loop_arguments(args)
-    environment = _with_library(args, load_environment(args.env))
+    serving = _loop_serving(args)
+    environment = _with_library(serving, load_environment(args.env))
     _check_middleware(args, environment)
-    shared = None if args.model == "gold" else _backend(args)
+    shared = None if serving.per_task else _backend(serving)
     trace = TraceWriter(args.trace) if args.trace else None
     sampling = {r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES}
-    config = _loop_config(args)
+    config = _loop_config(args, serving)
     scores, errored = [], []
     try:
         for task_id in task_ids:
@@ -183,7 +226,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
             except KeyError as err:
                 print(f"error: {err.args[0]}", file=sys.stderr)
                 return 2
-            backend = shared or _backend(args, task, environment)
+            backend = shared or _backend(serving, task, environment)
             print(f"\n### {args.env} task {task_id} with {backend.name}", flush=True)
             result = run_episode(environment, task, backend, config=config, trace=trace, seed=args.seed,
                                  observe=Account(), sampling=sampling)
@@ -394,6 +437,7 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from heart.serve import serve
 
+    _check_quantize(args)
     args.adapters = _served_adapters(args)
     return serve(args)
 
@@ -422,18 +466,18 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from heart.runtime.base import SamplingConfig
     from heart.traces import TraceWriter
 
-    _check_loop_arguments(args)
-    environment = _with_library(args, load_environment(args.env))
+    serving = _loop_serving(args)
+    environment = _with_library(serving, load_environment(args.env))
     _check_middleware(args, environment)
-    shared = None if args.model == "gold" else _backend(args)  # a model loads once, before serving
+    shared = None if serving.per_task else _backend(serving)  # a model loads once, before serving
 
-    def backend_for(task):
-        return shared or _backend(args, task, environment)
+    def episode_backend(task):
+        return shared or _backend(serving, task, environment)
 
-    heart = HeartMCP(environment, backend_for, gold=args.model == "gold", config=_loop_config(args),
+    heart = HeartMCP(environment, episode_backend, gold=serving.per_task, config=_loop_config(args, serving),
                      sampling={r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES},
                      split=args.split, seed=args.seed, trace=TraceWriter(args.trace) if args.trace else None,
-                     exclusive=shared is not None and not args.model.startswith("openai:"))
+                     exclusive=shared is not None and serving.in_process)
     return serve(args, heart)
 
 

@@ -19,6 +19,7 @@ ENGINE_CHOICES = ("peft", "llamacpp", "llamacpp:f16")
 
 def add_arguments(p) -> None:
     from heart.argtypes import nonnegative_float, positive_int
+    from heart.roles.registry import ROLE_NAMES
 
     actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("propose", help="mine candidate composite primitives from verified traces")
@@ -45,7 +46,7 @@ def add_arguments(p) -> None:
     a = actions.add_parser("adapter", help="validate a role adapter against the incumbent on the gate split, "
                                            "then admit or reject it")
     a.add_argument("--library", required=True)
-    a.add_argument("--role", required=True, choices=["planner", "router", "primitive", "verifier"])
+    a.add_argument("--role", required=True, choices=ROLE_NAMES)
     a.add_argument("--adapter", required=True, help="adapter folder (heart train output)")
     a.add_argument("--data", required=True, help="role datasets folder (<data>/<role>, split 'validation')")
     a.add_argument("--limit", type=positive_int, default=24, help="gate rows")

@@ -8,11 +8,10 @@ the long prompt can be dropped (fewer prompt tokens per call).
 from __future__ import annotations
 
 import hashlib
-import importlib
 from pathlib import Path
 from typing import Any
 
-from heart.roles import relevance
+from heart.roles import get_role
 from heart_distill.train.config import DataConfig
 
 
@@ -20,15 +19,12 @@ class RolePromptError(RuntimeError):
     """The role module does not provide the prompt a recipe asks for."""
 
 
-def short_system_prompt(role: str) -> str:
+def role_for_short_prompt(role: str):
+    """The registered role whose short prompt ``data.system_prompt=short`` trains on."""
     try:
-        module = importlib.import_module(f"heart.roles.{role}")
-    except ImportError as err:
-        raise RolePromptError(f"data.system_prompt=short: cannot import heart.roles.{role} ({err})") from err
-    prompt = getattr(module, "SHORT_SYSTEM_PROMPT", None)  # a missing attribute is a user-facing error here
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise RolePromptError(f"data.system_prompt=short: heart.roles.{role} defines no SHORT_SYSTEM_PROMPT string")
-    return prompt
+        return get_role(role)
+    except ValueError as err:
+        raise RolePromptError(f"data.system_prompt=short: {err}") from err
 
 
 def _with_system(messages: list[dict[str, str]], prompt: str) -> list[dict[str, str]]:
@@ -74,12 +70,13 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
     if data.max_eval_examples and "validation" in splits:
         splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
     if data.system_prompt == "short":
-        prompt = short_system_prompt(data.role)
-        # a mode with its own prompt gets its own short one (the Primitive's relevance mode)
-        by_mode = {relevance.SYSTEM_PROMPT: relevance.SHORT_SYSTEM_PROMPT} if data.role == relevance.ROLE else {}
-        # keep_in_memory: training must not write cache files into the dataset folder it reads
+        role = role_for_short_prompt(data.role)
+        # each row's full prompt names its mode, and a mode with its own prompt gets its own
+        # short one (the Primitive's relevance mode); keep_in_memory: training must not write
+        # cache files into the dataset folder it reads
         splits = {name: split.map(lambda row: {"messages": _with_system(
-                      row["messages"], by_mode.get(row["messages"][0]["content"], prompt))}, keep_in_memory=True)
+                      row["messages"], role.short_system_prompt_for(row["messages"][0]["content"]))},
+                      keep_in_memory=True)
                   for name, split in splits.items()}
     info = {
         "path": str(Path(data.dataset_dir).resolve()),

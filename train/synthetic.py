@@ -10,13 +10,13 @@ unchanged.
 
 from __future__ import annotations
 
-import importlib
 import json
 import random
 from pathlib import Path
 from typing import Any
 
 from heart import ROLES
+from heart.roles import get_role
 
 TOOLS = [
     ("get_weather", "Current weather for a city.", {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}),
@@ -31,8 +31,7 @@ PEOPLE = ["ana@example.com", "li@example.com", "sam@example.com", "kofi@example.
 
 
 def _role_prompt(role: str, short: bool = False) -> str:
-    module = importlib.import_module(f"heart.roles.{role}")
-    return module.SHORT_SYSTEM_PROMPT if short else module.SYSTEM_PROMPT
+    return get_role(role).system_prompt(short=short)
 
 
 def _user(instruction: str, payload: dict[str, Any]) -> str:

@@ -61,7 +61,7 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                 for arm in arms:
                     log = search_run(config, arm, rid, world, proposer)
                     print(f"search {arm} {rid}: selected {log['selected']} (gate lift {log['gate_lift']:+.1f}), "
-                          f"{log['spent']['rollouts']} rollouts")
+                          f"{log['spent']['rollouts']} rollouts; {proposals_line(log)}")
                     if out_of_time():
                         return 0
         if args.stage in ("scorecard", "all"):
@@ -86,6 +86,13 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     return 0
 
 
+def proposals_line(log: dict[str, Any]) -> str:
+    """What the run proposed and gated (a log written before the count was kept says so)."""
+    from heart_distill.eval.optimize.search import describe_tally
+
+    return describe_tally(log["proposals"]) if log.get("proposals") else "proposals not counted in this log"
+
+
 def report(config: Any, argv: list[str] | None = None) -> dict[str, Any]:
     """Gather every finished run into the figures; written to <out>/optimize.json and .md."""
     from heart.atomic import publish_text
@@ -103,6 +110,8 @@ def report(config: Any, argv: list[str] | None = None) -> dict[str, Any]:
                 log = json.loads(path.read_text())
                 logs[f"{arm}/{rid}"] = {"selected": log["selected"], "gate_lift": log["gate_lift"],
                                         "seed_gate_pass": log["seed_gate_pass"], "spent": log["spent"],
+                                        "budget": config.search_config.budget,
+                                        "proposals": log.get("proposals"),
                                         "wall_s": log.get("wall_s"), "computed_role_calls": log.get("computed_role_calls"),
                                         "seed_diagnosis": log.get("seed_diagnosis"),
                                         "selected_harness": next(c["describe"] for c in log["candidates"]

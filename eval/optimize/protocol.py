@@ -35,7 +35,7 @@ import yaml
 
 from heart.harness import Harness, save_harness
 from heart_distill.eval.optimize.rollouts import AnswerRecord, Evaluation, ReplayBackend, TaskRef, evaluate
-from heart_distill.eval.optimize.search import SearchConfig, search, write_log
+from heart_distill.eval.optimize.search import SearchConfig, budget_error, search, write_log
 
 SPLITS = {"repair": "train", "gate": "dev", "scorecard": "test"}
 ARMS = ("base", "distilled")
@@ -67,7 +67,8 @@ class ProtocolConfig:
     repeats: int = 2
     search: dict[str, int] = field(default_factory=lambda: {"generations": 10, "mutations": 3, "population": 5,
                                                             "budget": 200})
-    """generations × mutations, population cap, and B: inner rollouts per run."""
+    """generations × mutations, population cap, and B: inner rollouts per run, at least
+    :func:`search.min_budget` of the run's repair and gate tasks (refused at load otherwise)."""
     budget_runs: list[int] = field(default_factory=lambda: [1, 2])
     """RelLift95(B) is reported at B = k × one run's budget for each k here."""
     concurrency: int = 2
@@ -106,10 +107,17 @@ class ProtocolConfig:
             raise ValueError("split_seeds and repeats: at least one run")
         if any(k < 1 for k in self.budget_runs):
             raise ValueError("budget_runs: each k ≥ 1")
+        refused = budget_error(self.search_config.budget, *self.tasks_per_run())
+        if refused:  # refused here, not after the seed's rollouts: such a run can only return the seed
+            raise ValueError(f"search.budget: {refused}")
 
     @property
     def search_config(self) -> SearchConfig:
         return SearchConfig(**self.search, slots=tuple(self.slots))
+
+    def tasks_per_run(self) -> tuple[int, int]:
+        """(repair, gate) tasks of one run: each set draws its size from every condition."""
+        return self.sizes["repair"] * len(self.conditions), self.sizes["gate"] * len(self.conditions)
 
     def run_ids(self) -> list[str]:
         return [run_id(s, r) for s in self.split_seeds for r in range(self.repeats)]

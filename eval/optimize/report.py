@@ -13,6 +13,10 @@ lift of a pre-declared condition), RR0 (share of runs with lift > 0), and for th
 optimizer's lifts RelLift95(B) (:func:`heart_distill.eval.stats.rel_lift95`, selection by
 the run's gate lift G_i) at each budget of ``budget_runs``. None is computed from fewer than
 :data:`MIN_RUNS` runs; below :data:`DECISIVE_RUNS` the report says the interval decides nothing.
+
+Per search, the report also says what it spent of B and how many candidates it proposed and
+gated, and why each other was not (:func:`heart_distill.eval.optimize.search.proposal_tally`):
+a lift of 0 from runs that gated nothing measures the budget, not the harness.
 """
 
 from __future__ import annotations
@@ -118,7 +122,29 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     if any(not row.get("decides", True) for row in doc["figures"].values()):
         lines += ["", f"Fewer than {DECISIVE_RUNS} runs: a 5th percentile is one of the smallest draws, and the "
                       "interval decides nothing."]
+    return lines + search_lines(doc.get("searches") or {})
+
+
+def search_lines(searches: dict[str, dict[str, Any]]) -> list[str]:
+    """Per search: what it spent of B, how many proposals it made and gated, and why the
+    others were not gated — a run that selects the seed says whether it had any chance."""
+    if not searches:
+        return []
+    lines = ["", "| search | rollouts / B | proposed | gated | not gated (why) | unfilled slots (why) | selected |",
+             "|---|---|---|---|---|---|---|"]
+    for name, s in searches.items():
+        tally = s.get("proposals")
+        spent = f"{s['spent']['rollouts']} / {s.get('budget') or '?'}"
+        if not tally:
+            lines.append(f"| {name} | {spent} | – | – | not counted in this log | – | {s['selected']} |")
+            continue
+        lines.append(f"| {name} | {spent} | {tally['proposed']} of {tally['planned']} | {tally['gated']} | "
+                     f"{_reasons(tally['not_gated'])} | {_reasons(tally['unfilled'])} | {s['selected']} |")
     return lines
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {reason}" for reason, k in counts.items()) or "–"
 
 
 def _fmt(e: dict[str, Any], signed: bool = False) -> str:

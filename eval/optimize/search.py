@@ -17,13 +17,20 @@ harness does (1.0 for the seed): a harness that wins some tasks by losing others
 reliable. Dominance uses gate pass rate and reliability only — the repair score is left out,
 it is what the proposer looked at. The budget B counts inner rollouts
 (:mod:`heart_distill.eval.optimize.rollouts`); an evaluation that could overrun it is not
-started, and a proposal that is unusable costs one rollout. The scorecard is never seen here.
+started, and a proposal that is unusable costs one rollout. :func:`min_budget` is the B below
+which no candidate is sure to be gated; the search refuses one under it. The scorecard is
+never seen here.
+
+Every mutation slot ends in one outcome (:data:`OUTCOMES`), or is never filled because the
+search stopped first; the result counts them (:attr:`SearchResult.proposals`), so a run that
+gated nothing says why.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -46,7 +53,7 @@ class Candidate:
     gate: Evaluation | None = None
     reliability: float | None = None
     status: str = "proposed"
-    """proposed | rejected (repair) | gated | out of budget"""
+    """proposed | gated | rejected (repair) | out of budget (repair) | out of budget (gate)"""
 
     @property
     def gate_pass(self) -> float:
@@ -79,6 +86,74 @@ class SearchConfig:
     """The mutation slots the run fills, in turn (("middleware",): the middleware surface alone)."""
 
 
+# -- the budget rule: what B must pay for, from the accounting in search() ----------------
+
+def worst_case_rollouts(n_tasks: int) -> int:
+    """What one evaluation on ``n_tasks`` tasks may be charged: one rollout per episode, when
+    none of them replays (a prompt edit never does). search() starts an evaluation only when
+    the budget left covers this, since an evaluation cannot stop half-way."""
+    return n_tasks
+
+
+def min_budget(n_repair: int, n_gate: int, candidates: int = 1) -> int:
+    """The smallest B under which search() takes its first ``candidates`` usable proposals all
+    the way (repair, then gate when the repair improves) whatever replay saves: the seed's
+    episodes are all fresh (the run's record starts empty), and each candidate is started on
+    its repair tasks only when their worst case is left, then on its gate tasks only when
+    theirs is. Unusable proposals cost one rollout each on top. For 4 repair + 4 gate tasks:
+    16 for one candidate, 24 for two."""
+    one_harness = worst_case_rollouts(n_repair) + worst_case_rollouts(n_gate)
+    return one_harness * (1 + candidates)
+
+
+def budget_error(budget: int, n_repair: int, n_gate: int) -> str | None:
+    """Why B cannot pay for the seed harness plus one gated candidate, with the arithmetic;
+    None when it can."""
+    needed = min_budget(n_repair, n_gate)
+    if budget >= needed:
+        return None
+    seed = worst_case_rollouts(n_repair) + worst_case_rollouts(n_gate)
+    return (f"budget {budget} < {needed} = seed {seed} ({n_repair} repair + {n_gate} gate episodes) "
+            f"+ one candidate's {n_repair} repair + {n_gate} gate episodes: an evaluation starts only when "
+            f"the budget left pays for each of its episodes, and a prompt edit replays none, so under "
+            f"{needed} no candidate is sure to be gated and the run would return the seed harness")
+
+
+# -- what became of each mutation slot ----------------------------------------------------
+
+OUTCOMES = ("gated", "rejected (repair)", "out of budget (repair)", "out of budget (gate)", "duplicate",
+            "bad proposal", "no proposal")
+"""How a mutation slot the proposer was asked to fill ends: gated, or why not — no repair gain
+over the parent, the budget left could not pay for its repair or gate evaluation, a harness
+already tried, an answer that could not be used; or the proposer had nothing for the slot."""
+
+NO_PROPOSAL = "no proposal"
+
+
+def proposal_tally(outcomes: dict[str, str], planned: int, stopped: str | None) -> dict[str, Any]:
+    """Counts per run, which add up: planned = gated + sum(not_gated) + sum(unfilled).
+
+    ``proposed`` are the slots that got a harness or an unusable answer; ``not_gated`` says why
+    each proposal that was not gated was not; ``unfilled`` why the other slots got no proposal
+    (the proposer had none for the slot, or the search stopped first: ``stopped``)."""
+    count = Counter(outcomes.values())
+    not_gated = {o: count[o] for o in OUTCOMES if o not in ("gated", NO_PROPOSAL) and count[o]}
+    unfilled = {NO_PROPOSAL: count[NO_PROPOSAL]} if count[NO_PROPOSAL] else {}
+    if planned > len(outcomes):
+        unfilled[f"not asked: {stopped or 'the search ended'}"] = planned - len(outcomes)
+    return {"planned": planned, "proposed": len(outcomes) - count[NO_PROPOSAL], "gated": count["gated"],
+            "not_gated": not_gated, "unfilled": unfilled, "outcome": dict(outcomes)}
+
+
+def describe_tally(tally: dict[str, Any]) -> str:
+    """One line, e.g. 'proposed 5 of 6 slots, gated 1; not gated: 4 rejected (repair); unfilled: 1 no proposal'."""
+    parts = [f"proposed {tally['proposed']} of {tally['planned']} slots, gated {tally['gated']}"]
+    for key in ("not_gated", "unfilled"):
+        if tally[key]:
+            parts.append(key.replace("_", " ") + ": " + ", ".join(f"{k} {why}" for why, k in tally[key].items()))
+    return "; ".join(parts)
+
+
 @dataclass
 class SearchResult:
     selected: Candidate
@@ -88,6 +163,8 @@ class SearchResult:
     why: str
     spent: dict[str, int] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    proposals: dict[str, Any] = field(default_factory=dict)
+    """:func:`proposal_tally`: proposed, gated, and why each other slot was not gated."""
 
     @property
     def gate_lift(self) -> float:
@@ -130,17 +207,26 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
         spent["tokens"] += evaluation.tokens
         spent["replayed_episodes"] += len(evaluation.episodes) - evaluation.rollouts
 
-    def affordable(n: int) -> bool:
-        return spent["rollouts"] + n <= config.budget
+    def affordable(tasks: list[TaskRef]) -> bool:  # min_budget() counts on this rule
+        return spent["rollouts"] + worst_case_rollouts(len(tasks)) <= config.budget
+
+    outcomes: dict[str, str] = {}  # mutation id → its OUTCOMES entry
+    stopped: str | None = None
+
+    def out_of_budget(c: Candidate, stage: str, tasks: list[TaskRef]) -> None:
+        c.status = outcomes[c.id] = f"out of budget ({stage})"
+        note({"event": "out_of_budget", "id": c.id, "stage": stage, "budget": config.budget,
+              "why": f"spent {spent['rollouts']} + {worst_case_rollouts(len(tasks))} {stage} episodes "
+                     f"> B={config.budget}", "spent": dict(spent)})
 
     def saved(harness: Harness, cid: str) -> str:
         return str(save_harness(harness, folder / cid))
 
     seed = Candidate("c000", seed_harness, None, None, None, "the harness the run starts from", "")
     seed.folder = saved(seed_harness, seed.id)
-    if not affordable(len(repair) + len(gate)):
-        raise ValueError(f"budget B={config.budget} rollouts cannot pay for the seed harness's "
-                         f"{len(repair)} repair + {len(gate)} gate rollouts")
+    refused = budget_error(config.budget, len(repair), len(gate))
+    if refused:
+        raise ValueError(refused)
     seed.repair = evaluate(repair, seed.folder)
     charge(seed.repair)
     seed.gate = evaluate(gate, seed.folder)
@@ -165,7 +251,8 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
         note({"event": "generation", "generation": generation, "parent": parent.id,
               "clusters": [c.to_dict() for c in clusters[:8]]})
         if not clusters:
-            note({"event": "stop", "why": f"parent {parent.id} fails no repair task"})
+            stopped = f"parent {parent.id} fails no repair task"
+            note({"event": "stop", "why": stopped})
             break
         for m in range(config.mutations):
             slot = config.slots[m % len(config.slots)]
@@ -178,6 +265,7 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
             if proposal.error is not None:
                 spent["bad_proposals"] += 1
                 spent["rollouts"] += 1  # a proposal that cannot be used costs its rollout
+                outcomes[cid] = "bad proposal"
                 note({"event": "bad_proposal", "id": cid, "slot": slot, "cluster": target.id,
                       "error": proposal.error, "raw": proposal.raw[:500]})
                 if spent["rollouts"] >= config.budget:
@@ -185,49 +273,54 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
                     break
                 continue
             if proposal.harness is None:
+                outcomes[cid] = NO_PROPOSAL
                 note({"event": "no_proposal", "id": cid, "slot": slot, "cluster": target.id,
                       "why": proposal.rationale})
                 continue
             fingerprint = proposal.harness.fingerprint()
             if fingerprint in fingerprints:
+                outcomes[cid] = "duplicate"
                 note({"event": "duplicate", "id": cid, "same_as": fingerprints[fingerprint]})
                 continue
             fingerprints[fingerprint] = cid
             c = Candidate(cid, proposal.harness, parent.id, slot, target.id, proposal.rationale, "")
             c.folder = saved(proposal.harness, cid)
             candidates.append(c)
-            if not affordable(len(repair)):
-                c.status = "out of budget"
+            if not affordable(repair):
+                out_of_budget(c, "repair", repair)
                 exhausted = True
                 break
             c.repair = evaluate(repair, c.folder)
             charge(c.repair)
             if c.repair.pass_rate <= parent.repair.pass_rate:
-                c.status = "rejected (repair)"
+                c.status = outcomes[cid] = "rejected (repair)"
                 note({"event": "rejected", "id": cid, "repair_pass": c.repair.pass_rate,
                       "parent_repair_pass": parent.repair.pass_rate, "spent": dict(spent)})
                 continue
-            if not affordable(len(gate)):
-                c.status = "out of budget"
+            if not affordable(gate):
+                out_of_budget(c, "gate", gate)
                 exhausted = True
                 break
             c.gate = evaluate(gate, c.folder)
             charge(c.gate)
             c.reliability = reliability(c.gate, seed.gate)
-            c.status = "gated"
+            c.status = outcomes[cid] = "gated"
             population.append(c)
             population = pareto(population)
             if len(population) > config.population:
                 population = sorted(population, key=lambda x: (-x.gate_pass, -x.reliability, x.id))[:config.population]
             note({"event": "gated", "id": cid, "gate_pass": c.gate_pass, "reliability": c.reliability,
                   "spent": dict(spent)})
+    if exhausted:
+        stopped = f"the budget ran out ({spent['rollouts']} of B={config.budget} spent)"
+    tally = proposal_tally(outcomes, config.generations * config.mutations, stopped)
     frontier = pareto(population)
     chosen = select(frontier)
     why = (f"{chosen.id}: highest gate pass rate on the Pareto frontier {[c.id for c in frontier]} "
            f"(gate {100 * chosen.gate_pass:.1f}% vs seed {100 * seed.gate_pass:.1f}%, reliability "
-           f"{chosen.reliability:.2f}; ties by reliability, then candidate id)")
+           f"{chosen.reliability:.2f}; ties by reliability, then candidate id); {describe_tally(tally)}")
     note({"event": "selected", "id": chosen.id, "why": why, "spent": dict(spent)})
-    return SearchResult(chosen, seed, candidates, [c.id for c in frontier], why, spent, events)
+    return SearchResult(chosen, seed, candidates, [c.id for c in frontier], why, spent, events, tally)
 
 
 def write_log(result: SearchResult, path: Path, header: dict[str, Any]) -> None:
@@ -235,6 +328,6 @@ def write_log(result: SearchResult, path: Path, header: dict[str, Any]) -> None:
 
     doc = {**header, "selected": result.selected.id, "selected_folder": result.selected.folder,
            "why": result.why, "gate_lift": result.gate_lift, "seed_gate_pass": result.seed.gate_pass,
-           "frontier": result.frontier, "spent": result.spent,
+           "frontier": result.frontier, "spent": result.spent, "proposals": result.proposals,
            "candidates": [c.to_dict() for c in result.candidates], "events": result.events}
     publish_text(path, json.dumps(doc, indent=1, default=str) + "\n")

@@ -106,10 +106,17 @@ def clip_phrase(text: str, limit: int) -> str:
 CLIPPED_MARKS = ("…", "...")
 """What a cut-off clause ends with: no natural-language field a teacher writes carries one."""
 
+_DANGLING = frozenset("a an the of to in on for from with and or by at its their".split())
+"""Words a whole sentence never ends on ("Get the list of users in the.")."""
+
 
 def is_clipped(text: Any) -> bool:
-    """Whether ``text`` holds a clause cut off with an ellipsis."""
-    return isinstance(text, str) and any(mark in text for mark in CLIPPED_MARKS)
+    """Whether ``text`` holds a clause cut off: an ellipsis, or a last word that leaves its
+    phrase open (an article or preposition)."""
+    if not isinstance(text, str):
+        return False
+    words = text.rstrip(" .?!").split()
+    return any(mark in text for mark in CLIPPED_MARKS) or bool(words) and words[-1].lower() in _DANGLING
 
 
 def whole_parts(parts: list[str], render, limit: int) -> str:

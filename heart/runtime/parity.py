@@ -31,12 +31,12 @@ REQUIRED = {"vllm"}
 
 def role_requests(roles: list[str], max_new_tokens: int) -> list[GenerationRequest]:
     """Two prompts per role: the role's short system prompt and a user request."""
-    import importlib
+    from heart.roles.registry import get_role
 
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     requests = []
     for role in roles:
-        system = importlib.import_module(f"heart.roles.{role}").SHORT_SYSTEM_PROMPT
+        system = get_role(role).system_prompt(short=True)
         for question in QUESTIONS:
             requests.append(GenerationRequest(role, [{"role": "system", "content": system},
                                                      {"role": "user", "content": question}], sampling))

@@ -133,6 +133,25 @@ def test_primitive_failure_type_accuracy():
     assert runtime["failure_type_correct"] == 0 and runtime["arguments_em"] == 1
 
 
+def test_primitive_copy_baseline_and_extraction_stratum():
+    """The copy baseline answers with the input's bindings; an input binding a whole earlier
+    result (an object or list) is an extraction row, where copying cannot score."""
+    copied = primitive_scores(call(n=5, unit="cm"), call(n=5, unit="cm"), SCHEMA, bindings={"n": 5, "unit": "cm"})
+    assert copied["copy_em"] == 1 and copied["extraction"] == 0 and copied["extraction_em"] is None
+    extracted = primitive_scores(call(n=5, unit="cm"), call(n=5, unit="cm"), SCHEMA,
+                                 bindings={"n": {"count": 5, "of": "items"}, "unit": "cm"})
+    assert extracted["arguments_em"] == 1 and extracted["copy_em"] == 0
+    assert extracted["extraction"] == 1 and extracted["extraction_em"] == 1 and extracted["extraction_copy_em"] == 0
+    missed = primitive_scores(call(n=5, unit="cm"), call(n=6, unit="cm"), SCHEMA, bindings={"n": [5], "unit": "cm"})
+    assert missed["extraction_em"] == 0
+    figures = summarize("primitive", [copied, extracted, missed])
+    assert figures["copy_baseline_em"].value == pytest.approx(1 / 3)
+    assert figures["extraction_arguments_em"].value == 0.5 and figures["extraction_arguments_em"].n == 2
+    assert figures["extraction_copy_baseline_em"].value == 0.0
+    # without the input's bindings (older callers) the columns are absent, not zero
+    assert "copy_em" not in primitive_scores(call(n=5, unit="cm"), None, SCHEMA)
+
+
 # -- Verifier ----------------------------------------------------------------------------
 
 def verdict(status, **criteria):

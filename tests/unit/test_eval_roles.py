@@ -294,3 +294,23 @@ def test_the_reports_adapter_table_names_the_steps_trained_not_the_recipes_senti
     assert _training({"metrics": {"steps": 32}}, epochs) == "32 steps"
     assert _training({}, epochs) == "1.0 epoch(s)"
     assert _training({}, {"max_steps": 5}) == "5 steps"
+
+
+def test_the_primitive_sample_takes_extraction_rows_and_others_in_turn():
+    from heart.roles import primitive
+    from heart.roles.common import render_input
+    from heart_distill.eval.roles import balanced_sample, primitive_stratum
+
+    card = primitive.tool_card("cd", "Change directory.", {"type": "object", "properties": {"folder": {"type": "string"}}})
+
+    def row(bindings, i):
+        user = render_input(primitive.INSTRUCTION, primitive.build_payload("Call cd.", bindings, card))
+        return {"i": i, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": user},
+                                     {"role": "assistant", "content": "{}"}]}
+
+    copies = [row({"folder": "docs"}, i) for i in range(6)]
+    extractions = [row({"folder": {"current_directory_content": ["docs"]}}, 10 + i) for i in range(2)]
+    assert {primitive_stratum(r) for r in copies} == {"other"}
+    assert {primitive_stratum(r) for r in extractions} == {"extraction"}
+    picked = balanced_sample(copies + extractions, primitive_stratum, 5)
+    assert [primitive_stratum(r) for r in picked] == ["other", "extraction", "other", "extraction", "other"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from fakes import PASS, HashingEmbedder, Script, dispatch, echo_bindings, fail, plan
@@ -119,9 +118,9 @@ def test_a_cyclic_or_absurdly_nested_result_is_a_runtime_error():
 def test_a_hanging_tool_times_out_and_taints_the_episode(hostile):
     tools = by_name(hostile)
     with contained_tool_calls() as containment:
-        start = time.perf_counter()
         envelope = execute(tools["hang"], {"text": "x"}, timeout_s=0.2)
-        assert time.perf_counter() - start < 2
+        # the envelope came back while "hang" still waits for its release (no wall-clock bound)
+        assert hostile.state["writes"] == 0 and not hostile.release.is_set()
         assert envelope.failure_type == RUNTIME_ERROR and "timed out after 0.2s" in envelope.details
         assert containment.abandoned and "hang" in containment.abandoned
         # the abandoned call may still change the state: no later call runs on it

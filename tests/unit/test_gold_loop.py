@@ -232,3 +232,68 @@ def test_gold_router_h_params_follow_their_rule(bfcl_rows, agentdojo_rows):
             assert h["timeout_s"] == DEFAULT_TIMEOUT_S
             kinds.add((h["retry"], h["priority"]))
     assert {k[0] for k in kinds} == {1, 3} and {k[1] for k in kinds} == {"normal", "high"}
+
+
+# -- the step-mode Router (β_k ← ROUTER(π_k, C)) ---------------------------------------------
+
+STEP_MODE = LoopConfig(router_mode="step")
+
+
+@pytest.fixture(scope="module")
+def step_rows(bfcl, agentdojo, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gold-step")
+    return (collect(bfcl, bfcl.task_ids(), folder / "bfcl.jsonl", config=STEP_MODE),
+            collect(agentdojo, agentdojo.task_ids(), folder / "agentdojo.jsonl", config=STEP_MODE))
+
+
+def test_gold_loop_in_step_mode_is_as_valid_as_in_plan_mode(bfcl_rows, agentdojo_rows, step_rows):
+    for plan_rows, rows in zip((bfcl_rows, agentdojo_rows), step_rows):
+        plan_records, _ = episodes(plan_rows)
+        records, _ = episodes(rows)
+        assert {t for t, r in records.items() if r["success"]} == {t for t, r in plan_records.items() if r["success"]}
+    assert assert_schema_valid(step_rows[0], GOLD_VIOLATES_SCHEMA) > 3000
+    assert assert_schema_valid(step_rows[1]) > 500
+
+
+def test_step_mode_routes_one_ready_step_per_call_with_field_references(step_rows):
+    """Each Router call binds one step, after the steps it depends on ran; a value an upstream
+    result holds is a reference to a step it depends on, to the listed field that holds it
+    when one does; the step's invocation request is written by code from its bindings."""
+    from heart.loop import referenced_steps
+    from heart.roles import router
+
+    field_references = whole_results = 0
+    for rows in step_rows:
+        by_episode: dict[str, list[dict]] = {}
+        for row in rows:
+            if row["kind"] == "event":
+                by_episode.setdefault(row["episode_id"], []).append(row)
+        for events in by_episode.values():
+            for i, row in enumerate(events):
+                if row["role"] != "router" or not isinstance(row["parsed"], dict):
+                    continue
+                payload = role_input(row["messages"])
+                assert router.is_step_input(payload) and row["messages"][0]["content"] == router.STEP_SYSTEM_PROMPT
+                (step,) = payload["plan"]
+                (entry,) = json.loads(row["raw_output"])["dispatch"]  # the answer as written
+                assert entry["step"] == step["step"] and "invocation_request" not in entry
+                shown = {u["step"]: u["fields"] for u in payload["upstream"]}
+                assert set(shown) <= set(step["dependencies"])
+                for value in entry["resolved_bindings"].values():
+                    if row["extra"].get("injected_fault") or not isinstance(value, str):
+                        continue
+                    for j in referenced_steps(value):
+                        assert j in step["dependencies"], (step, value)
+                        path = value.split(".", 1)[1] if "." in value else ""
+                        if path == "result":
+                            whole_results += 1
+                        else:
+                            assert path in shown[j], (value, list(shown[j]))
+                            field_references += 1
+                # the Primitive's request is the template's rendering of these bindings
+                later = next(e for e in events[i + 1:] if e["role"] == "primitive" and e["step"] == step["step"])
+                request = role_input(later["messages"]).get("invocation_request")
+                if request is not None:
+                    assert request == router.invocation_request(entry["target_tool"], entry["resolved_bindings"],
+                                                                step["objective"])
+    assert field_references > 50 and whole_results > 0, (field_references, whole_results)

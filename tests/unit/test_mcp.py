@@ -275,8 +275,10 @@ def test_a_failing_server_gives_a_failure_envelope_in_bounded_time(bfcl, fault, 
         session.start_turn(0)
         tools = {tool.name: tool for tool in session.tools}
         start = time.monotonic()
-        envelope = execute(tools["ls"], {}, timeout_s=10.0)
-        assert time.monotonic() - start < 6.0
+        envelope = execute(tools["ls"], {}, timeout_s=60.0)
+        # the connection's own 2 s timeout answers, well before the call's 60 s (a hanging
+        # server never answers); the bound is generous so that it does not depend on speed
+        assert time.monotonic() - start < 30
         assert envelope.status == "FAILURE" and envelope.failure_type == RUNTIME_ERROR
         assert "MCPServerError" in envelope.details and expected in envelope.details
         after = execute(tools["pwd"], {}, timeout_s=10.0)

@@ -116,6 +116,10 @@ def test_the_deterministic_rename_is_found_gated_and_selected(tmp_path):
     assert "rename-get_weather-loc-location" in (Path(selected["folder"]) / "middleware.yaml").read_text()
     assert selected["gate_pass"] == 1.0 and log["seed_gate_pass"] < 1.0 and log["gate_lift"] > 0
     assert log["spent"]["rollouts"] <= config.search["budget"]
+    # the log counts what the run proposed and gated, and why the rest was not gated
+    tally = log["proposals"]
+    assert tally["gated"] >= 1 and tally["outcome"][log["selected"]] == "gated"
+    assert tally["planned"] == tally["gated"] + sum(tally["not_gated"].values()) + sum(tally["unfilled"].values())
     # the harness the run selected loads as heart run / heart eval e2e load it
     assert load_harness(selected["folder"]).middleware.endswith("middleware.yaml")
 

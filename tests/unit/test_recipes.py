@@ -14,9 +14,11 @@ from heart_distill.recipes import load_roles
 from heart_distill.train.config import Recipe, load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+# pipeline recipes (pipeline.yaml, benchmark*.yaml: tests/unit/test_pipeline_stages.py) and the
+# optimize recipe (tests/unit/test_optimize.py) are not role recipes
 ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml")
-                      if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "pipeline.yaml", "benchmark.yaml",
-                                                                  "optimize.yaml"))  # tests/unit/test_optimize.py
+                      if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "optimize.yaml")
+                      and not p.name.startswith(("pipeline", "benchmark")))
 ROLES_FILES = sorted(RECIPES.glob("*/roles.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
 
