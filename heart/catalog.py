@@ -37,6 +37,11 @@ and recall measured on it are as honest as on the test split.
 How much the query log and the prior weigh is chosen per environment by measurement
 (:data:`RETRIEVAL_BY_ENVIRONMENT`, ``bench/toolface.py``).
 
+An episode's ToolFace indexes only documents whose source it can name (registry provenance,
+:mod:`heart.provenance`): the environment's catalog and session tools, a library's
+composites, an MCP server's listing, the central catalog once built; any other tool handed
+to :func:`session_toolface` is refused and left out.
+
     from heart.catalog import session_toolface
     toolface = session_toolface(environment, session)        # what run_episode uses
 """
@@ -45,7 +50,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import hashlib
 import importlib.util
 import itertools
 import json
@@ -53,10 +57,11 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from heart.environments.base import Environment, EnvironmentSession, ToolExecutionError
 from heart.embeddings import Embedder
+from heart.provenance import document_hash
 from heart.toolface import RetrievalConfig, Tool, ToolFace, ToolSpec
 
 SINGLE_TURN_CATEGORIES = (
@@ -112,10 +117,8 @@ def bfcl_schema(bfcl_parameters: dict[str, Any]) -> dict[str, Any]:
 
 def content_key(spec: ToolSpec) -> str:
     """Identity of a document regardless of category (the same function in two suites is
-    one tool)."""
-    return hashlib.sha256(
-        json.dumps([spec.name, spec.description, spec.parameters], sort_keys=True).encode()
-    ).hexdigest()
+    one tool): its content hash, :func:`heart.provenance.document_hash`."""
+    return document_hash(spec)
 
 
 def _documents() -> list[ToolSpec]:
@@ -281,24 +284,47 @@ def tool_statistics(environment: Environment, split: str = "train") -> ToolStati
 
 def session_toolface(environment: Environment, session: EnvironmentSession, tools: list[Tool] | None = None,
                      *, cache_dir: Path | None = None, config: RetrievalConfig | None = None,
-                     split: str = "train") -> ToolFace:
+                     split: str = "train", trusted: Iterable[ToolSpec] = (),
+                     provenance: bool = True) -> ToolFace:
     """The ToolFace an episode of ``session.task`` plans with: the session's tools (or
     ``tools``, e.g. the central catalog), the environment's measured settings, and what
     ``split``'s gold teaches — without the task's own turns. An environment that serves
     another's tools (an MCP server wrapping a benchmark, :mod:`heart.environments.mcp`) names
-    that one as ``toolface_source``: its settings and gold teach ToolFace."""
+    that one as ``toolface_source``: its settings and gold teach ToolFace.
+
+    Registry provenance (:mod:`heart.provenance`): ToolFace indexes only the documents the
+    environment gives (its catalog and the session's tools, a library's composites, an MCP
+    server's listing), the central catalog's once this process has built it, and ``trusted``
+    (documents the caller vouches for); any other tool in ``tools`` is refused, counted and
+    left out (``ToolFace.refusals``). ``provenance=False`` checks nothing (the caller vouches
+    for every tool; hashes are still checked before execution)."""
+    from heart.provenance import session_provenance
+
     source = getattr(environment, "toolface_source", None) or environment
     config = config or retrieval_config(source)
     every = tool_statistics(source, split)
     statistics = every.without(session.task.task_id)
     if config.query_log_weight > 0:
         _embed_once(every, cache_dir)
+    sources = session_provenance(environment, session, trusted, [("central catalog", central_documents)]) \
+        if provenance else None
     return ToolFace(
         session.tools if tools is None else tools, cache_dir=cache_dir, config=config,
         companions=statistics.companions(),
         query_log=statistics.query_log() if config.query_log_weight > 0 else None,
         usage=statistics.usage() if config.usage_weight > 0 else None,
+        provenance=sources,
     )
+
+
+def central_documents() -> list[tuple[ToolSpec, str, str]]:
+    """The central catalog's documents as a provenance source (:mod:`heart.provenance`), once
+    this process has built it (:func:`catalog_tools` is given it): a process that never built
+    it holds none of its tools, and building it (seconds) only to refuse a document would be
+    waste."""
+    if not central_catalog.cache_info().currsize:
+        return []
+    return [(spec, "catalog", "central") for spec in central_catalog()]
 
 
 def _embed_once(statistics: ToolStatistics, cache_dir: Path | None) -> None:

@@ -11,7 +11,9 @@ envelope with a typed ``failure_type``:
   a value that cannot be coerced, a reference that does not resolve);
 - CONSTRAINT_VIOLATION: the arguments fit the schema's shape but break one of its
   constraints (enum, range, pattern…);
-- RUNTIME_ERROR: the tool ran and failed, raised, or timed out.
+- RUNTIME_ERROR: the tool ran and failed, raised, or timed out;
+- PROVENANCE_VIOLATION: not run, the tool's document changed after ToolFace registered it
+  (:mod:`heart.provenance`).
 
 A SUCCESS carries the result and a one-sentence summary; every envelope carries ``meta``
 (latency, attempts), and :func:`execute_with_retry` keeps each failed attempt's envelope in
@@ -52,6 +54,7 @@ from heart import sandbox
 from heart.coercion import CONSTRAINT_VIOLATION, SCHEMA_RESOLUTION, BindingError  # noqa: F401
 from heart.middleware import Middleware, TurnCalls, default_middleware
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PARAMETERS, CODE_PRIMITIVE, family  # noqa: F401
+from heart.provenance import PROVENANCE_VIOLATION, changed_since_registration
 from heart.toolface import Tool, ToolSpec
 
 RUNTIME_ERROR = "RUNTIME_ERROR"
@@ -307,6 +310,9 @@ def execute(tool: Tool, arguments: dict[str, Any], timeout_s: float = 10.0,
 def _execute(tool: Tool, arguments: dict[str, Any], timeout_s: float, middleware: Middleware,
              calls: TurnCalls | None, records: list[dict[str, Any]]) -> Envelope:
     name = tool.name
+    changed = changed_since_registration(tool)  # the document ToolFace registered, or not run
+    if changed is not None:
+        return failure(name, PROVENANCE_VIOLATION, changed, arguments)
     arguments = middleware.rename(name, arguments, tool.spec.parameters, records)
     try:
         bound = bind_arguments(arguments, tool.spec.parameters, tool.fn, middleware=middleware, tool=name,

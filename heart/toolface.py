@@ -18,17 +18,26 @@ rebuilt only when the catalog changes; embeddings come from :class:`heart.embedd
 new). Cache files are published atomically under unique temp names (:mod:`heart.atomic`), so
 threads and processes on a cold cache never clobber each other.
 
+Every tool ToolFace indexes carries a :class:`heart.provenance.Registration` (its document's
+sha256 and where it came from), checked again before the tool runs (:mod:`heart.primitives`).
+Given a :class:`heart.provenance.Provenance` (every episode's ToolFace is,
+:func:`heart.catalog.session_toolface`), ToolFace indexes only documents one of its sources
+gives — the environment's catalog, an admitted library entry, an MCP server the user
+registered — and refuses the rest (:class:`heart.provenance.UntrustedToolError`; counted,
+logged, and kept in :attr:`ToolFace.refusals`). Without one, its caller vouches for the tools
+(source ``unchecked``).
+
     toolface = ToolFace(session.tools, companions=tool_companions(environment))
     toolface.retrieve("Lock the doors and start the engine")   # RetrievedTool, best first
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -37,6 +46,9 @@ import numpy as np
 from heart import default_cache_dir
 from heart.atomic import publishing
 from heart.embeddings import Embedder
+from heart.provenance import UNCHECKED, Provenance, Registration, UntrustedToolError, document_hash
+from heart.provenance import refused as _count_refusal
+from heart.provenance import registered as _count_registration
 
 
 _PREAMBLE_END = "Tool description:"
@@ -99,8 +111,9 @@ class ToolSpec:
         return f"{name_words(self.name)}: {self.own_description()} Parameters: {params}"
 
     def fingerprint(self) -> str:
-        blob = json.dumps([self.name, self.description, self.parameters], sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()
+        """sha256 of the canonical document (name, description, parameters):
+        :func:`heart.provenance.document_hash`."""
+        return document_hash(self)
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,9 @@ class Tool:
 
     spec: ToolSpec
     fn: Callable[..., Any]
+    registration: Registration | None = field(default=None, compare=False, repr=False)
+    """Set by the ToolFace that indexed it (its document's hash and source), checked again
+    before it runs; None for a tool no ToolFace holds."""
 
     @property
     def name(self) -> str:
@@ -204,7 +220,7 @@ class ToolFace:
                  embedder: Embedder | None = None, config: RetrievalConfig = RetrievalConfig(),
                  companions: dict[str, list[str]] | None = None,
                  query_log: list[tuple[str, Iterable[str]]] | None = None,
-                 usage: dict[str, float] | None = None):
+                 usage: dict[str, float] | None = None, provenance: Provenance | None = None):
         self.cache_dir = cache_dir or default_cache_dir()
         self.embedder = embedder or Embedder(self.cache_dir)
         self.config = config
@@ -221,15 +237,40 @@ class ToolFace:
         self._lexical = None
         self._order: list[str] = []
         self._lock = threading.Lock()
+        self.provenance = provenance
+        """Where the indexed documents may come from (None: the caller vouches for them)."""
+        self.refusals: list[dict[str, str]] = []
+        """Tools refused at registration: ``{tool, sha256, reason}`` each."""
         for tool in tools:
-            self.register(tool)
+            try:
+                self.register(tool)
+            except UntrustedToolError:
+                continue  # left out, and kept in self.refusals: the other tools still serve
 
     # -- registry -----------------------------------------------------------------------
-    def register(self, tool: Tool) -> None:
+    def register(self, tool: Tool) -> Registration:
+        """Index ``tool`` with its :class:`~heart.provenance.Registration`; raises
+        :class:`~heart.provenance.UntrustedToolError` (and records the refusal) when this
+        ToolFace has a provenance and none of its sources gives the tool's document."""
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered in ToolFace")
-        self._tools[tool.name] = tool
+        if self.provenance is None:
+            registration = Registration(tool.name, document_hash(tool.spec), UNCHECKED)
+        else:
+            try:
+                registration = self.provenance.register(tool.spec)
+            except UntrustedToolError as err:
+                self.refusals.append(err.to_dict())
+                _count_refusal(err)
+                raise
+        _count_registration(registration)
+        self._tools[tool.name] = dataclasses.replace(tool, registration=registration)
         self._index = None  # the catalog changed: the index must be rebuilt or reloaded
+        return registration
+
+    def registration(self, name: str) -> Registration:
+        """What was recorded when ``name`` was indexed."""
+        return self.get(name).registration
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools

@@ -106,8 +106,9 @@ def clip_phrase(text: str, limit: int) -> str:
 CLIPPED_MARKS = ("…", "...")
 """What a cut-off clause ends with: no natural-language field a teacher writes carries one."""
 
-_DANGLING = frozenset("a an the of to in on for from with and or by at its their".split())
-"""Words a whole sentence never ends on ("Get the list of users in the.")."""
+_DANGLING = frozenset("a an the of and or its their".split())
+"""Words a whole sentence does not end on ("Get the list of users in the."); prepositions that
+end phrasal verbs ("help with", "put in", "mode: on") are left out."""
 
 
 def is_clipped(text: Any) -> bool:

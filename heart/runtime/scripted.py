@@ -572,9 +572,9 @@ class GoldTeacher:
         """Step mode (β_k ← ROUTER(π_k, C)): one step's bindings. A value the query, the
         clarifications, the conversation or earlier attempts state is bound literally; one an
         upstream step's listed fields hold, as the reference to that step and field (the
-        first field equal to it); one inside a longer text of an upstream result, or past the
-        fields shown, as that step's whole result (the Primitive takes it out); otherwise as
-        is (the build's ``router_ungrounded`` filter counts it)."""
+        first field equal to it); one inside a longer text of an upstream result (a listed
+        field or its summary), as that step's whole result (the Primitive takes it out);
+        otherwise as is (the build's ``router_ungrounded`` filter drops the row)."""
         state = self._current
         step = p["plan"][0]
         i = step["step"]
@@ -596,8 +596,11 @@ class GoldTeacher:
             exact = next((f"$step_{u['step']}.{path}" for u in upstream for path, shown in u["fields"].items()
                           if _same_value(shown, value)), None)
             inside = next((f"$step_{u['step']}.result" for u in upstream
-                           if grounded(value, json.dumps(u["fields"], ensure_ascii=False))), None)
-            bindings[name] = exact or inside or f"$step_{upstream[-1]['step']}.result"
+                           if grounded(value, json.dumps(u["fields"], ensure_ascii=False) + u["summary"])), None)
+            # neither stated nor shown (a value derived from a result, a case the text does not
+            # spell): bound as is, so the build's router_ungrounded filter drops the row rather
+            # than teach a reference to a result that does not hold the value
+            bindings[name] = exact or inside or value
         meta = self._router_fault(state, i, bindings) or {}
         state.pending.append((i, call))
         answer = {"step": i, "target_tool": call.name, "resolved_bindings": bindings, "h_params": h_params(call.name)}

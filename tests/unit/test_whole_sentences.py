@@ -40,8 +40,9 @@ def test_whole_parts_drops_parts_instead_of_cutting_them():
 
 @pytest.mark.parametrize("text,clipped", [
     ("Get the list of the…", True), ("Send them the difference...", True),
-    ("Get the list of users in the.", True), ("Read the file of", True),
-    ("Get the list of users.", False), ("Call ls with path='/tmp'.", False), ("", False), (None, False)])
+    ("Get the list of users in the.", True), ("Read the file of", True), ("Send it to Bob and", True),
+    ("Get the list of users.", False), ("Call ls with path='/tmp'.", False), ("", False), (None, False),
+    ("There's something else I need help with.", False), ("mode: on", False), ("Annul the order I put in.", False)])
 def test_is_clipped_names_ellipses_and_dangling_words(text, clipped):
     assert is_clipped(text) is clipped
 
