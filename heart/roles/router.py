@@ -73,7 +73,9 @@ SHORT_SYSTEM_PROMPT = "HEART Router."
 
 MODES = ("plan", "step")
 DEFAULT_MODE = "plan"
-"""The loop's default mode (``LoopConfig.router_mode``)."""
+"""The loop's default mode (``LoopConfig.router_mode``): the role benchmark did not tell the
+two apart (distilled per-step binding EM 48.4 [35.9, 60.9] in step mode, 42.4 [32.3, 54.4] in
+plan mode at n = 64, docs/results/role-benchmark), so the paper's whole-plan dispatch stays."""
 
 RESPONSE_PREFIX = '{"status": "READY", "dispatch": ['
 """Prefilled start of the answer (with ``LoopConfig.prefill``): it steers small base models
@@ -260,13 +262,11 @@ def build_step_payload(
     """The step-mode Router's input: the one ``step`` (as a one-step plan), its tool's
     parameters, the :func:`upstream_entry` of each step it depends on, and on a re-plan what
     earlier attempts executed and the turn's feedback."""
-    payload: dict[str, Any] = {"user_query": query, "plan": [step], "tools": tools, "upstream": upstream}
-    if clarifications:
-        payload["clarifications"] = clarifications
-    if conversation:
-        payload["conversation"] = conversation
-    if executed_so_far:
-        payload["executed_so_far"] = executed_so_far
+    context = build_payload(query, [step], tools, conversation=conversation, clarifications=clarifications,
+                            executed_so_far=executed_so_far)
+    # the keys in the order the adapters were trained on: the step, then its upstream results
+    payload = {key: context.pop(key) for key in ("user_query", "plan", "tools")}
+    payload.update(upstream=upstream, **context)
     if feedback:
         payload["feedback"] = feedback
     return payload

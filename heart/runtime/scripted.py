@@ -573,8 +573,9 @@ class GoldTeacher:
         clarifications, the conversation or earlier attempts state is bound literally; one an
         upstream step's listed fields hold, as the reference to that step and field (the
         first field equal to it); one inside a longer text of an upstream result (a listed
-        field or its summary), as that step's whole result (the Primitive takes it out);
-        otherwise as is (the build's ``router_ungrounded`` filter drops the row)."""
+        field or its summary), or a list or object gathered from past the fields shown, as
+        that step's whole result (the Primitive takes it out); a scalar otherwise as is (the
+        build's ``router_ungrounded`` filter drops the row)."""
         state = self._current
         step = p["plan"][0]
         i = step["step"]
@@ -597,10 +598,13 @@ class GoldTeacher:
                           if _same_value(shown, value)), None)
             inside = next((f"$step_{u['step']}.result" for u in upstream
                            if grounded(value, json.dumps(u["fields"], ensure_ascii=False) + u["summary"])), None)
-            # neither stated nor shown (a value derived from a result, a case the text does not
-            # spell): bound as is, so the build's router_ungrounded filter drops the row rather
-            # than teach a reference to a result that does not hold the value
-            bindings[name] = exact or inside or value
+            # a list or object no listed field holds whole: taken from the last upstream result
+            # by the Primitive (its items lie past the fields shown); a scalar neither stated nor
+            # shown (derived from a result, or a case the text does not spell): bound as is, so
+            # the build's router_ungrounded filter drops the row rather than teach a reference
+            # to a result that does not hold it
+            gathered = f"$step_{upstream[-1]['step']}.result" if isinstance(value, (list, dict)) else None
+            bindings[name] = exact or inside or gathered or value
         meta = self._router_fault(state, i, bindings) or {}
         state.pending.append((i, call))
         answer = {"step": i, "target_tool": call.name, "resolved_bindings": bindings, "h_params": h_params(call.name)}

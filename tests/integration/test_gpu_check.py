@@ -43,7 +43,7 @@ def test_mfu_counts_four_flops_per_linear_parameter_and_token():
 def test_cpu_smoke_runs_the_steps_and_names_what_needs_cuda(tmp_path):
     out = tmp_path / "gpu_check.json"
     done = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--cpu-smoke", "--steps", "1",
-                           "--tasks", "2", "--work", str(tmp_path / "work"), "--out", str(out)],
+                           "--tasks", "4", "--work", str(tmp_path / "work"), "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
