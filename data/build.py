@@ -473,7 +473,7 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
         # empty splits out (the card still reports their zero count).
         with _quiet_progress():
             DatasetDict(
-                {split: _to_dataset(rows, features) for split, rows in by_split.items() if rows}
+                {split: to_dataset(rows, features) for split, rows in by_split.items() if rows}
             ).save_to_disk(str(role_dir))
         save_s += time.perf_counter() - t_save
 
@@ -560,7 +560,7 @@ def _quiet_progress() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def _to_dataset(rows: list[Example], features):
+def to_dataset(rows: list[Example], features):
     from datasets import Dataset
 
     # Column-wise: from_list([]) would lose the schema, and columns convert faster.

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from heart_distill.data.build import features_for, read_shards
+from heart_distill.data.build import features_for, read_shards, to_dataset
 from heart_distill.data.filters import ROLES, dedupe
 from heart.environments.splits import split_of
 
@@ -26,7 +26,7 @@ def build_heldout(run_dir: str | Path, out_dir: str | Path, split: str = "test",
                   overwrite: bool = False) -> dict[str, int]:
     """Write ``<out_dir>/<role>`` with the ``split`` examples of ``run_dir``'s traces;
     returns the example count per role."""
-    from datasets import Dataset, DatasetDict
+    from datasets import DatasetDict
 
     if split not in ("dev", "test"):
         raise ValueError(f"held-out split must be 'dev' or 'test', got {split!r}")
@@ -43,10 +43,7 @@ def build_heldout(run_dir: str | Path, out_dir: str | Path, split: str = "test",
         rows = [e for e in collector.examples[role] if split_of(e["env"], e["task_id"]) == split]
         rows, _ = dedupe(rows)
         counts[role] = len(rows)
-        features = features_for(role)
-        # an empty split keeps its columns: from_list([]) would infer none
-        dataset = Dataset.from_list(rows, features=features) if rows \
-            else Dataset.from_dict({name: [] for name in features}, features=features)
+        dataset = to_dataset(rows, features_for(role))  # an empty split keeps its columns
         DatasetDict({split: dataset}).save_to_disk(str(out_dir / role))
     return counts
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from heart_distill.eval.formats import ROLES, canonical
-from heart_distill.eval.metrics import primitive_scores, planner_scores, router_scores, summarize, verifier_scores
+from heart_distill.eval.metrics import needs_extraction, primitive_scores, planner_scores, router_scores, summarize, verifier_scores
 from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
                          with_base_side)
 from heart_distill.eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
@@ -148,8 +148,6 @@ def primitive_stratum(row: dict[str, Any]) -> str:
     """"extraction" for a tool call whose input binds an earlier step's whole result (the
     Primitive must take the value out: :func:`heart_distill.eval.metrics.needs_extraction`),
     else "other" (its bindings are the answer, or a code step)."""
-    from heart_distill.eval.metrics import needs_extraction
-
     payload = role_input(row["messages"][:-1])
     tool_call = payload.get("tool", {}).get("family", "tool") != "code"
     return "extraction" if tool_call and needs_extraction(payload.get("resolved_bindings") or {}) else "other"

@@ -41,7 +41,6 @@ import dataclasses
 import contextvars
 import inspect
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
@@ -55,6 +54,7 @@ from heart.coercion import CONSTRAINT_VIOLATION, SCHEMA_RESOLUTION, BindingError
 from heart.middleware import Middleware, TurnCalls, default_middleware
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PARAMETERS, CODE_PRIMITIVE, family  # noqa: F401
 from heart.provenance import PROVENANCE_VIOLATION, changed_since_registration
+from heart.references import REFERENCE
 from heart.toolface import Tool, ToolSpec
 
 RUNTIME_ERROR = "RUNTIME_ERROR"
@@ -409,7 +409,6 @@ def execute_code(expression: Any, variables: dict[str, Any], timeout_s: float | 
 
 # -- $step_j.field references ------------------------------------------------------------
 
-REFERENCE = re.compile(r"\$step_(\d+)((?:\.[A-Za-z0-9_\-]+)*)")
 _ENVELOPE_KEYS = {"result", "bound_arguments", "summary", "status", "tool"}
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from heart.families import CODE_PRIMITIVE
+from heart.references import FIELD_KEY, REFERENCE
 from heart.roles.common import ParseResult, build_role_messages, parse_model, quoted_value, whole_parts
 
 ROLE = "router"
@@ -225,7 +226,7 @@ def result_fields(result: Any, limit: int = UPSTREAM_FIELDS, chars: int = FIELD_
             return
         if isinstance(value, dict) and value:
             for key, item in value.items():
-                if _KEY.fullmatch(str(key)):
+                if len(str(key)) <= FIELD_KEY_CHARS and _KEY.fullmatch(str(key)):
                     visit(item, f"{path}.{key}")
             return
         if isinstance(value, list) and value:
@@ -240,7 +241,10 @@ def result_fields(result: Any, limit: int = UPSTREAM_FIELDS, chars: int = FIELD_
     return fields
 
 
-_KEY = re.compile(r"[A-Za-z0-9_\-]{1,40}")
+_KEY = re.compile(FIELD_KEY)
+"""A key a reference can spell (:mod:`heart.references`)."""
+FIELD_KEY_CHARS = 40
+"""Longest key an upstream field's path is listed with: a longer one is a text, not a name."""
 
 
 def upstream_entry(step: int, tool: str, summary: str, result: Any) -> dict[str, Any]:
@@ -282,14 +286,10 @@ def invocation_request(tool: str, bindings: dict[str, Any], objective: str = "")
         return text if len(text) <= REQUEST_CHARS else "Compute the value the answer needs."
     parts = []
     for name, value in bindings.items():
-        reference = REFERENCE_TEXT.fullmatch(value.strip()) if isinstance(value, str) else None
+        reference = REFERENCE.fullmatch(value.strip()) if isinstance(value, str) else None
         parts.append(f"{name} from step {reference.group(1)}" if reference else f"{name}={quoted_value(value)}")
     return whole_parts(parts, lambda kept: f"Call {tool}" + (f" with {', '.join(kept)}." if kept else "."),
                        REQUEST_CHARS)
-
-
-REFERENCE_TEXT = re.compile(r"\$step_(\d+)((?:\.[A-Za-z0-9_\-]+)*)")
-"""A whole-string ``$step_j.field`` reference (the syntax :mod:`heart.primitives` resolves)."""
 
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RouterOutput]:
