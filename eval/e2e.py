@@ -93,8 +93,8 @@ class E2EConfig:
     """Only the first N tasks of the split."""
     tasks: tuple[str, ...] = ()
     """Only these tasks (each must belong to ``split``: held-out discipline)."""
-    concurrency: int = 4
-    """Episodes in flight at once."""
+    concurrency: int | None = None
+    """Episodes in flight at once, per side; None: :func:`episodes_in_flight` for the engine."""
     engine: str = "peft"
     """In-process engine for the base and its adapters: peft or llamacpp (heart.runtime.engines)."""
     policy: LoopPolicy = dataclasses.field(default_factory=LoopPolicy)
@@ -113,6 +113,20 @@ class E2EConfig:
     harness: str | None = None
     """A harness folder (:mod:`heart.harness`: role prompt edits + middleware); None: the
     shipped prompts and the default middleware."""
+
+
+EPISODES_IN_FLIGHT = {"peft": 4, "llamacpp": 16}
+"""Episodes in flight per side when ``--concurrency`` is not given. An episode has one role call
+pending at a time, so the episodes in flight bound the engine's batch. peft's continuous batch
+gains little past a few rows on a CPU; llama.cpp's grows to 7.8x one call at a time with 64
+calls in flight (bench/results/runtime_llamacpp64.json), but its calls split by role (one
+context per adapter), so 16 episodes a side (32 in flight, both sides) keep each role's batch
+several rows deep while the contexts' caches (slots x 2,048 tokens each) stay near 1.5 GB."""
+
+
+def episodes_in_flight(config: "E2EConfig") -> int:
+    """The episodes ``config`` runs at once per side: its ``concurrency``, or the engine's default."""
+    return config.concurrency or EPISODES_IN_FLIGHT[config.engine.partition(":")[0]]
 
 
 class EpisodeEvents:
@@ -232,6 +246,8 @@ def summarize_episodes(rows: list[dict[str, Any]], seeds: Sequence[int], seed: i
     for key in ("prompt_tokens", "completion_tokens", "role_calls", "wall_s", "parse_failures",
                 *(f"{r}_calls" for r in ROLES)):
         figures[f"{key}_per_task"] = bootstrap(per_task(key), seed=seed).to_dict()
+    from heart_distill.eval.metrics import clarification_figures  # asked when needed, and not otherwise
+    figures.update(clarification_figures(rows, seed=seed))  # ({} where the environment records none)
     complete = [runs for runs in by_task.values() if len(runs) == len(seeds)]
     pass_k = {}
     for k in range(1, len(seeds) + 1):
@@ -257,7 +273,7 @@ class Side:
 
 def shared_sides(configs: Sequence[E2EConfig], models: Sequence[RoleModels]) -> list[Any]:
     """One backend per side: in-process sides on one base share it (:func:`eval.models.shared_backends`)."""
-    concurrency = sum(c.concurrency for c, m in zip(configs, models) if m.teacher is None)
+    concurrency = sum(episodes_in_flight(c) for c, m in zip(configs, models) if m.teacher is None)
     return shared_backends(models, concurrency, configs[0].engine)
 
 
@@ -295,17 +311,17 @@ class E2EWorker:
         for config, side_models, backend, together in zip(configs, self.models, given, shared):
             backend = backend or together
             if backend is None:
-                backend = shared_backend(side_models, engine=config.engine)
+                backend = shared_backend(side_models, episodes_in_flight(config), engine=config.engine)
                 if backend is not None and (side_models.teacher is None or side_models.teacher.startswith("hf:")):
                     # concurrent episodes share the one in-process model through the scheduler, which
                     # serves their pending role calls as one batch (decoding is memory-bound: a batch
                     # of 2-4 costs little more per step than one call)
-                    backend = BatchingBackend(backend, max_batch_size=max(1, config.concurrency))
+                    backend = BatchingBackend(backend, max_batch_size=episodes_in_flight(config))
             self.backends.append(backend)
 
     def run_shard(self, shard_index: int | None, jobs: list, report) -> None:
         configs = self.spec.configs
-        with ThreadPoolExecutor(max_workers=sum(c.concurrency for c in configs)) as pool:
+        with ThreadPoolExecutor(max_workers=sum(episodes_in_flight(c) for c in configs)) as pool:
             futures = {pool.submit(run_one, self.environment, str(task_id), int(seed), self.backends[side],
                                    self.models[side], configs[side], self.spec.teacher_for_task): side
                        for side, task_id, seed in jobs}
@@ -396,7 +412,36 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
         if jobs:
             run_jobs(jobs, functools.partial(E2EWorker, spec), executor, report, local_worker)
     wall_s = round(time.perf_counter() - started, 3)
-    return [write_results(side, task_ids, wall_s, len(sides), argv, executor) for side in sides]
+    batching = batching_record(local_worker.backends, configs, len(jobs)) if local_worker is not None else None
+    return [write_results(side, task_ids, wall_s, len(sides), argv, executor, batching, len(jobs)) for side in sides]
+
+
+def batching_record(backends: Sequence[Backend | None], configs: Sequence[E2EConfig],
+                    jobs: int) -> dict[str, Any] | None:
+    """How full the engine's batches were over the run, from the in-process backends' own
+    counters (sides sharing one model count once): role calls, calls handed over per admission
+    (the scheduler), and rows per decoding step (the engine; what batching buys). None when
+    no in-process model served the run (the gold teacher, a remote server)."""
+    seen: dict[int, Any] = {}
+    for backend in backends:
+        backend = getattr(backend, "backend", backend)  # an UnadaptedView's shared backend
+        if isinstance(backend, BatchingBackend):
+            seen[id(backend)] = backend
+    if not seen:
+        return None
+    calls = admissions = steps = row_steps = max_rows = 0
+    for scheduler in seen.values():
+        stats = scheduler.stats()
+        calls, admissions = calls + stats.calls, admissions + stats.batches
+        engine = getattr(scheduler.inner, "stats", None) or getattr(scheduler.inner, "last_decode_stats", None)
+        if engine is not None:
+            steps, row_steps = steps + engine.steps, row_steps + engine.row_steps
+            max_rows = max(max_rows, engine.max_running)
+    in_flight = min(jobs, sum(episodes_in_flight(c) for c in configs))  # fewer episodes than slots: all at once
+    return {"episodes_in_flight": in_flight, "role_calls": calls,
+            "calls_per_admission": round(calls / admissions, 2) if admissions else None,
+            "decode_steps": steps, "rows_per_step": round(row_steps / steps, 2) if steps else None,
+            "max_rows": max_rows}
 
 
 def _success(rows: list[dict[str, Any]]) -> str:
@@ -404,8 +449,11 @@ def _success(rows: list[dict[str, Any]]) -> str:
     return f"{np.mean(scored):.0%}" if scored else "-"
 
 
-def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
-                  argv: list[str] | None, executor: ExecutorOptions = LOCAL) -> dict[str, Any]:
+def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int, argv: list[str] | None,
+                  executor: ExecutorOptions = LOCAL, batching: dict[str, Any] | None = None,
+                  ran: int = 0) -> dict[str, Any]:
+    """Write ``side``'s e2e.json. ``ran``: episodes this invocation ran, every side together (with
+    ``wall_s``, the run's episodes per hour); ``batching``: :func:`batching_record`."""
     from heart_distill.eval.provenance import provenance
 
     config, models, rows = side.config, side.models, side.rows
@@ -417,6 +465,9 @@ def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int,
         "config": dataclasses.asdict(config), **summary,
         "counts": {"episodes": len(rows), "errored": sum(r["errored"] for r in rows), "tasks": len(task_ids),
                    "wall_s": wall_s, "sides_run_together": sides},
+        # how fast, not what: a resumed run measures the same and runs fewer episodes
+        "throughput": {"episodes_run": ran, "episodes_per_hour": round(3600 * ran / wall_s, 1) if ran and wall_s else None,
+                       "batching": batching},
         "errored": [{"task_id": r["task_id"], "seed": r["seed"], "error": r["error"]} for r in rows if r["errored"]],
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in models.adapters.items()},
@@ -437,7 +488,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0])
     parser.add_argument("--limit", type=positive_int, help="first N tasks of the split")
     parser.add_argument("--task", action="append", default=[], help="only this task of the split (repeatable)")
-    parser.add_argument("--concurrency", type=positive_int, default=4)
+    parser.add_argument("--concurrency", type=positive_int, default=None,
+                        help="episodes in flight per side (default: 4 on peft, 16 on llamacpp; "
+                             "eval.e2e.EPISODES_IN_FLIGHT)")
     parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
                         help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
                              "faster; llamacpp:f16 for f16 base weights, faster again)")
@@ -504,6 +557,13 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
               f"tasks; {counts['errored']}/{counts['episodes']} episodes errored")
         for k, p in results["pass_hat_k"].items():
             print(f"  pass^{k} {100 * p['value']:.1f} (n={p['n']} tasks)")
+        if "clarification_precision" in results["figures"]:
+            print(f"  clarification precision {Estimate(**results['figures']['clarification_precision']).format(100)}, "
+                  f"recall {Estimate(**results['figures']['clarification_recall']).format(100)}")
+        if results["throughput"]["batching"] and side is configs[0]:  # one engine for every side: print it once
+            b = results["throughput"]["batching"]
+            print(f"  engine: {b['role_calls']} role calls, {b['rows_per_step']} rows per decoding step on average "
+                  f"(max {b['max_rows']}), {b['episodes_in_flight']} episodes in flight")
         for item in results["errored"][:5]:
             print(f"  errored: {item['task_id']} seed {item['seed']}: {item['error']}", file=sys.stderr)
         print(f"wrote {Path(side.out) / RESULTS}")

@@ -257,16 +257,24 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, check_path
 
 
 def role_overrides(path: str | Path, overrides: list[str] | None) -> list[str]:
-    """``overrides`` with ``{role}`` replaced by the recipe's role (``data.role``, or one set by
-    an override): one override list can then serve every role's recipe."""
+    """``overrides`` for one role's recipe: ``{role}`` replaced by the recipe's role (``data.role``,
+    or one set by an override), and an override scoped to a role (``planner:sft.epochs=2``) kept
+    only for that role's recipe, so one override list can serve every role's recipe."""
     overrides = overrides or []
-    if not any("{role}" in o for o in overrides):
+    if not any("{role}" in o or override_scope(o) for o in overrides):
         return overrides
     data = read_yaml(Path(path), "recipe") or {}
     role = (data.get("data") or {}).get("role") if isinstance(data, dict) else None
     for override in overrides:
-        if override.split("=", 1)[0].strip() == "data.role":
+        if not override_scope(override) and override.split("=", 1)[0].strip() == "data.role":
             role = override.split("=", 1)[1].strip()
     if not role:
-        raise RecipeError(f"{path}: an override uses {{role}} but the recipe names no data.role")
-    return [o.replace("{role}", str(role)) for o in overrides]
+        raise RecipeError(f"{path}: an override uses {{role}} or a role scope but the recipe names no data.role")
+    kept = [o.split(":", 1)[1] if override_scope(o) else o for o in overrides if override_scope(o) in ("", role)]
+    return [o.replace("{role}", str(role)) for o in kept]
+
+
+def override_scope(override: str) -> str:
+    """The role an override is scoped to (``planner`` in ``planner:sft.epochs=2``), or ''."""
+    key = override.split("=", 1)[0]
+    return key.split(":", 1)[0].strip() if ":" in key else ""

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from heart_distill.recipes import load_roles
-from heart_distill.train.config import Recipe, RecipeError, load_recipe, role_overrides
+from heart_distill.train.config import Recipe, RecipeError, load_recipe, override_scope, role_overrides
 
 RECIPE_SECTIONS = frozenset(f.name for f in dataclasses.fields(Recipe))
 """Top-level keys of one role's recipe (a roles.yaml has ``accelerate_config`` and ``roles``)."""
@@ -97,6 +97,11 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
     unknown = [r for r in chosen if r not in spec["roles"]]
     if unknown:
         print(f"train.launch: {recipe_path} has no recipe for role(s) {unknown} "
+              f"(has: {', '.join(spec['roles'])})", file=sys.stderr)
+        return 2
+    stray = sorted({scope for o in overrides if (scope := override_scope(o)) and scope not in spec["roles"]})
+    if stray:  # a misspelt role would otherwise drop its override silently
+        print(f"train.launch: override(s) scoped to {stray}, which {recipe_path} has no recipe for "
               f"(has: {', '.join(spec['roles'])})", file=sys.stderr)
         return 2
     for role in chosen:

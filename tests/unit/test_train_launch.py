@@ -60,3 +60,24 @@ def test_several_roles_train_in_one_process_with_role_placeholders(tmp_path, mon
     started.clear()
     (tmp_path / "router").rename(tmp_path / "gone")
     assert launch.run_roles(ROLES, ["planner", "router"], overrides) == 2 and not started
+
+
+def test_an_override_scoped_to_a_role_reaches_that_role_alone(tmp_path, monkeypatch, capsys):
+    """``planner:sft.epochs=2`` changes the Planner's recipe and leaves the Router's as written;
+    a scope naming a role the roles.yaml does not have stops before any launch."""
+    from heart_distill.train.config import load_recipe, role_overrides
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
+
+    started = []
+    monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or 0)
+    for role in ("planner", "router"):
+        write_synthetic_role_dataset(tmp_path, role, 2, 1, compact=True)
+    overrides = [f"data.dataset_dir={tmp_path}/{{role}}", f"output.dir={tmp_path}/adapters/{{role}}",
+                 "planner:sft.epochs=2"]
+    assert launch.run_roles(ROLES, ["planner", "router"], overrides) == 0
+    recipes = [started[0][i + 1] for i, arg in enumerate(started[0]) if arg == "--recipe"]
+    planner, router = (load_recipe(r, role_overrides(r, overrides)) for r in recipes)
+    assert planner.sft.epochs == 2 and router.sft.epochs == 1
+    started.clear()
+    assert launch.run_roles(ROLES, ["planner", "router"], [*overrides, "planer:sft.epochs=3"]) == 2
+    assert not started and "['planer']" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""End-to-end throughput: episodes per hour at a few episodes in flight against a full engine.
+
+    python bench/e2e_throughput.py --adapters docs/results/role-benchmark/adapters
+    python bench/e2e_throughput.py --adapters runs/smollm2-benchmark/adapters --limit 16 --arms 4 16
+
+Each arm runs ``heart eval e2e``'s own runner (:func:`eval.e2e.run_sides`) on the same tasks
+(the first ``--limit`` BFCL ``--category`` test tasks), both sides at once — the distilled
+``--adapters`` and the unadapted base on one in-process engine (``--engine``, default
+llamacpp:f16, the benchmark's) — with ``--arms`` episodes in flight per side: 4 is what every
+run used before the engine's default (:data:`eval.e2e.EPISODES_IN_FLIGHT`), the others fill
+the engine. The arms run one after another in one process, so they share the machine's state;
+the figure to read is the ratio of episodes per hour, beside the engine's mean rows per
+decoding step (what batching bought). Greedy decoding gives every arm the same answers up to
+the order in which calls share batches, so the success rates of the arms are printed beside
+it as a check, not a result.
+
+What it prints also goes to ``--out`` (default ``runs/bench/e2e_throughput.json``) under the
+run's provenance stamp; curated results live in ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
+
+OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "e2e_throughput.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from heart.argtypes import positive_int
+    from heart.runtime.engines import ENGINE_SPECS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--adapters", required=True, help="the distilled side's adapters folder")
+    parser.add_argument("--category", default="multi_turn_base")
+    parser.add_argument("--limit", type=positive_int, default=16, help="first N BFCL test tasks (per side)")
+    parser.add_argument("--arms", type=positive_int, nargs="+", default=[4, 16], help="episodes in flight per side")
+    parser.add_argument("--engine", choices=ENGINE_SPECS, default="llamacpp:f16")
+    parser.add_argument("--max-plan-steps", type=positive_int, default=4)
+    parser.add_argument("--router-mode", choices=["plan", "step"], default="step")
+    parser.add_argument("--out", type=Path, default=OUT)
+    return parser
+
+
+def run_arm(args: argparse.Namespace, in_flight: int, folder: Path) -> dict:
+    """One arm: both sides on the same tasks with ``in_flight`` episodes each."""
+    from heart_distill.arguments import LoopPolicy
+    from heart_distill.eval.e2e import E2EConfig, run_sides
+    from heart_distill.eval.models import with_base_side
+
+    config = E2EConfig(env="bfcl", out=str(folder / "distilled"), category=args.category, roles_spec=args.adapters,
+                       limit=args.limit, concurrency=in_flight, engine=args.engine,
+                       max_plan_steps=args.max_plan_steps, policy=LoopPolicy(router_mode=args.router_mode))
+    distilled, base = run_sides(with_base_side(config, str(folder / "base")))
+    throughput = distilled["throughput"]
+    return {"episodes_in_flight_per_side": in_flight, "episodes": throughput["episodes_run"],
+            "wall_s": distilled["counts"]["wall_s"], "episodes_per_hour": throughput["episodes_per_hour"],
+            "batching": throughput["batching"],
+            "success": {"distilled": distilled["figures"]["success_rate"]["value"],
+                        "base": base["figures"]["success_rate"]["value"]},
+            "errored": distilled["counts"]["errored"] + base["counts"]["errored"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run_stamp = stamp(argv, __file__)
+    arms = []
+    with tempfile.TemporaryDirectory(prefix="e2e-throughput-") as tmp:
+        for in_flight in args.arms:
+            arm = run_arm(args, in_flight, Path(tmp) / f"arm-{in_flight}")
+            arms.append(arm)
+            b = arm["batching"] or {}
+            print(f"  {in_flight:>3} in flight per side: {arm['episodes']} episodes in {arm['wall_s']:.0f} s, "
+                  f"{arm['episodes_per_hour']} episodes/hour, {b.get('rows_per_step')} rows per decoding step "
+                  f"(max {b.get('max_rows')}); success distilled {arm['success']['distilled']:.2f}, "
+                  f"base {arm['success']['base']:.2f}", flush=True)
+    reference = arms[0]["episodes_per_hour"]
+    for arm in arms:
+        arm["over_first_arm"] = round(arm["episodes_per_hour"] / reference, 2) if reference else None
+    report = {"engine": args.engine, "category": args.category, "tasks_per_side": args.limit,
+              "adapters": args.adapters, "max_plan_steps": args.max_plan_steps, "router_mode": args.router_mode,
+              "cpus": os.cpu_count(), "arms": arms}
+    write_stamped_json(args.out, report, run_stamp, indent=1)
+    ratios = ", ".join(f"{a['over_first_arm']}x at {a['episodes_in_flight_per_side']}" for a in arms)
+    print(f"e2e_throughput: episodes per hour over the first arm: {ratios}; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
