@@ -1,6 +1,6 @@
 """End-to-end throughput: episodes per hour at a few episodes in flight against a full engine.
 
-    python bench/e2e_throughput.py --adapters docs/results/role-benchmark/adapters
+    python bench/e2e_throughput.py                      # the committed role-benchmark adapters
     python bench/e2e_throughput.py --adapters runs/smollm2-benchmark/adapters --limit 16 --arms 4 16
 
 Each arm runs ``heart eval e2e``'s own runner (:func:`eval.e2e.run_sides`) on the same tasks
@@ -31,7 +31,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
 
-OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "e2e_throughput.json"
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "runs" / "bench" / "e2e_throughput.json"
+ADAPTERS = REPO / "docs" / "results" / "role-benchmark" / "adapters"
+"""The committed role-benchmark adapters (the Router in step mode)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     from heart.runtime.engines import ENGINE_SPECS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--adapters", required=True, help="the distilled side's adapters folder")
+    parser.add_argument("--adapters", default=str(ADAPTERS), help="the distilled side's adapters folder "
+                                                                 "(default: the committed role-benchmark ones)")
     parser.add_argument("--category", default="multi_turn_base")
     parser.add_argument("--limit", type=positive_int, default=16, help="first N BFCL test tasks (per side)")
     parser.add_argument("--arms", type=positive_int, nargs="+", default=[4, 16], help="episodes in flight per side")

@@ -263,6 +263,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     outside = planner_ok = literal_total = literal_missing = 0
     by_kind: dict[str, dict[str, int]] = {}
     fails = clean_fails = 0
+    clarifications, clarification_tasks = 0, set()
     writes_retried, priorities = 0, collections.Counter()
     for example in examples:
         payload, answer = _payload_and_answer(example)
@@ -279,6 +280,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
             unseen = [s.get("tool_hint") for s in answer.get("plan", []) if s.get("tool_hint") not in shown]
             outside += len(unseen)
             planner_ok += not unseen
+            if answer.get("status") == "INSUFFICIENT":  # the Planner asks the user (Algorithm 1, lines 2-5)
+                clarifications += 1
+                clarification_tasks.add((example.get("env"), example.get("task_id")))
         elif role == "router":
             text = example["messages"][-2]["content"]
             for d in answer.get("dispatch", []):
@@ -300,6 +304,8 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     if role == "planner":
         stats["only_shown_tools_rate"] = round(planner_ok / n, 4) if n else None
         stats["tools_outside_retrieval"] = outside
+        stats["clarification_rows"] = clarifications
+        stats["clarification_tasks"] = len(clarification_tasks)
     if role == "router":
         stats["literal_values"] = literal_total
         stats["grounded_rate"] = round(1 - literal_missing / literal_total, 4) if literal_total else None
@@ -321,6 +327,9 @@ def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, 
     if role == "planner":
         lines.append(f"- plans using only retrieved (shown) tools: {quality.get('only_shown_tools_rate')} "
                      f"(tools outside retrieval: {quality.get('tools_outside_retrieval')})")
+        lines.append(f"- clarification rows (INSUFFICIENT: the Planner asks the user for a detail the request "
+                     f"withholds, as in BFCL multi_turn_miss_param): {quality.get('clarification_rows', 0)} "
+                     f"of {quality.get('examples', 0)}, from {quality.get('clarification_tasks', 0)} task(s)")
     if role == "router":
         lines.append(f"- grounded rate (literal binding values found in the Router's input): "
                      f"{quality.get('grounded_rate')} of {quality.get('literal_values')} values")

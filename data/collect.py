@@ -1,6 +1,7 @@
 """Collection: run the HEART loop with a teacher over an environment's tasks, tracing everything.
 
     heart collect --env bfcl --split train --teacher gold --out runs/bfcl-gold
+    heart collect --env bfcl --category multi_turn_miss_param --split train --teacher gold --out runs/bfcl-gold
 
 Episodes run concurrently (bounded), each with its own environment session and teacher; an
 in-process ``hf:`` teacher is shared through a batching scheduler, so concurrent episodes'
@@ -95,6 +96,11 @@ def new_shard_path(traces: Path, tag: str | None = None) -> Path:
     return traces / f"shard-{stamp}-{os.getpid()}-{secrets.token_hex(4)}{suffix}.jsonl"
 
 
+def _label(args: argparse.Namespace) -> str:
+    """The collection as messages name it: env[/category]/split."""
+    return "/".join([args.env, *([args.category] if args.category else []), args.split])
+
+
 def _refuse(message: str) -> None:
     """Bad input: the message on stderr, exit status 2."""
     print(message, file=sys.stderr)
@@ -115,7 +121,9 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
     from filelock import FileLock
 
     entry = {
-        "env": args.env, "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
+        "env": args.env,  # (multi_turn_base is BFCL's default: its entries name no category)
+        **({"category": args.category} if args.category not in (None, "multi_turn_base") else {}),
+        "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
         "fault_rate": args.fault_rate, "seeds": args.seeds, "policy": LoopPolicy.from_args(args).record(),
         "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
@@ -127,9 +135,11 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
         except json.JSONDecodeError as err:
             raise SystemExit(f"error: {path} is not valid JSON ({err}); restore it or choose another --out") from None
         for old in manifest["collections"]:
-            if (old["env"], old["split"], old["teacher"]) == (entry["env"], entry["split"], entry["teacher"]):
+            # (one collection per category: a BFCL entry without one is multi_turn_base's)
+            if (old["env"], old.get("category"), old["split"], old["teacher"]) == \
+                    (entry["env"], entry.get("category"), entry["split"], entry["teacher"]):
                 if "policy" not in old:
-                    _refuse(f"error: {out} holds {args.env}/{args.split} with {teacher.name} collected before "
+                    _refuse(f"error: {out} holds {_label(args)} with {teacher.name} collected before "
                             "manifests recorded the loop policy: its traces' policy is unknown, so new episodes "
                             "could mix with them; collect into another --out")
                 changed = [f"{k}: {old.get(k)} there, {entry[k]} now" for k in ("seeds", "limit")
@@ -138,10 +148,10 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
                             for k in sorted(old["policy"].keys() | entry["policy"].keys())
                             if old["policy"].get(k) != entry["policy"].get(k)]
                 if changed:
-                    _refuse(f"error: {out} holds {args.env}/{args.split} with {teacher.name} collected with other "
+                    _refuse(f"error: {out} holds {_label(args)} with {teacher.name} collected with other "
                             f"settings ({'; '.join(changed)}); use the same settings or another --out")
                 if not args.resume:
-                    raise SystemExit(f"error: {out} already holds {args.env}/{args.split} with {teacher.name}; "
+                    raise SystemExit(f"error: {out} already holds {_label(args)} with {teacher.name}; "
                                      f"pass --resume to continue it or choose another --out")
                 old["runs"] = old.get("runs", 1) + 1
                 break
@@ -166,6 +176,18 @@ class CollectionSpec:
     run: str
     """Random token of this run: names its Ray shards' trace files, so a retried shard finds
     what its earlier attempt finished."""
+    category: str | None = None
+    """The BFCL category (None: the environment's default, multi_turn_base)."""
+
+
+def environment_for(env: str, category: str | None):
+    """The environment a collection runs: ``env``, in ``category`` for BFCL (ValueError for
+    a category of another environment, or one BFCL's environment does not run)."""
+    if category is None:
+        return load_environment(env)
+    if env != "bfcl":
+        raise ValueError(f"--category applies to bfcl only, not {env!r}")
+    return load_environment(env, category=category)
 
 
 class CollectionWorker:
@@ -181,7 +203,7 @@ class CollectionWorker:
 
     def __init__(self, spec: CollectionSpec, environment=None, teacher: TeacherFactory | None = None):
         self.spec = spec
-        self.environment = environment or load_environment(spec.env)
+        self.environment = environment or environment_for(spec.env, spec.category)
         self.teacher = teacher or TeacherFactory(spec.teacher, spec.fault_rate, self.environment,
                                                  quantize=spec.quantize, max_batch_size=spec.max_batch_size)
         self.traces = Path(spec.out) / "traces"
@@ -232,7 +254,10 @@ def collect(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {err}") from None
     except ExecutorError as err:
         raise SystemExit(f"error: --executor ray: {err}") from None
-    environment = load_environment(args.env)
+    try:
+        environment = environment_for(args.env, args.category)
+    except ValueError as err:
+        _refuse(f"error: {err}")
     from heart.user_errors import UserError
 
     LoopPolicy.from_args(args).check_files(environment.catalog())
@@ -252,18 +277,18 @@ def collect(args: argparse.Namespace) -> int:
     wanted = [(tid, seed) for seed in args.seeds for tid in task_ids]
     jobs = [(tid, seed) for tid, seed in wanted if episode_id(args.env, tid, seed, teacher.name) not in done]
     if not jobs:  # a finished collection: nothing to embed, no empty shard
-        print(f"collect: {args.env}/{args.split} with {teacher.name}: all {len(wanted)} episodes "
+        print(f"collect: {_label(args)} with {teacher.name}: all {len(wanted)} episodes "
               f"already done in {out}; nothing to run", file=sys.stderr)
         return 0
     (out / "traces").mkdir(exist_ok=True)
     config = LoopConfig(**LoopPolicy.from_args(args).loop_fields())
     spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
                           max_batch_size=args.max_batch_size, loop=config, out=str(out),
-                          concurrency=args.concurrency, run=secrets.token_hex(4))
+                          concurrency=args.concurrency, run=secrets.token_hex(4), category=args.category)
     where = (f"a new shard in {out / 'traces'}" if executor.kind == "local" else
              f"{len(shards(jobs, executor.shard_size))} shards of <= {executor.shard_size} on "
              f"{executor.workers} Ray workers")
-    print(f"collect: {args.env}/{args.split} with {teacher.name}: {len(wanted)} episodes, "
+    print(f"collect: {_label(args)} with {teacher.name}: {len(wanted)} episodes, "
           f"{len(wanted) - len(jobs)} already done, {len(jobs)} to run → {where}", file=sys.stderr)
 
     from heart.progress import progress_bar

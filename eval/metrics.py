@@ -261,7 +261,12 @@ COMMON = {
 }
 """Figures every role reports (from the per-call columns the evaluator adds)."""
 
-RATES = {name for role in METRICS.values() for name in role} | {"parse_failure_rate"}
+CLARIFICATION_RATES = ("clarification_precision", "clarification_recall")
+"""The end-to-end clarification figures that are shares (:func:`clarification_figures`)."""
+CLARIFICATION_FIGURES = (*CLARIFICATION_RATES, "clarifications_asked_per_task", "clarifications_needed_per_task")
+"""Every end-to-end clarification figure, in the order reports list them."""
+
+RATES = {name for role in METRICS.values() for name in role} | {"parse_failure_rate", *CLARIFICATION_RATES}
 """Figures that are shares in [0, 1] (reported in percent); the rest are raw quantities."""
 
 
@@ -294,3 +299,42 @@ def paired_difference(role: str, metric: str, base_rows: list[dict[str, Any]], o
     data = np.asarray([[base[k][c] for c in columns] + [other[k][c] for c in columns] for k in common],
                       dtype=float).reshape(len(common), 2 * width)
     return bootstrap(data, lambda d: statistic(d[:, width:]) - statistic(d[:, :width]), seed=seed)
+
+
+# -- clarifications (end to end) -----------------------------------------------------------
+
+def clarification_counts(checker: dict[str, Any] | None) -> tuple[int, int, int] | None:
+    """(turns asked when needed, turns asked, turns needing a question) of one episode, from
+    the ``clarifications`` record its environment's score holds (``needed``: the turns the
+    agent ran whose request withholds a parameter, BFCL miss_param; ``asked``: the turns in
+    which the Planner asked the user); None when the environment keeps no such record."""
+    record = (checker or {}).get("clarifications")
+    if not isinstance(record, dict):
+        return None
+    needed, asked = set(record.get("needed") or []), set(record.get("asked") or [])
+    return len(needed & asked), len(asked), len(needed)
+
+
+def clarification_figures(rows: list[dict[str, Any]], seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Clarification precision (the turns where the Planner asked that needed it) and recall
+    (the turns needing it where it asked), micro over turns, with bootstrap intervals over
+    tasks (a task's seeds pooled), beside the questions asked and needed per task; from the
+    end-to-end rows (``checker`` of each episode, errored ones left out). Precision's n
+    counts the tasks with a question asked, recall's the tasks with a turn needing one
+    (None without any). {} when no episode's environment records clarifications (AgentDojo)."""
+    by_task: dict[str, list[tuple[int, int, int]]] = {}
+    for row in rows:
+        counts = None if row.get("errored") else clarification_counts(row.get("checker"))
+        if counts is not None:
+            by_task.setdefault(row["task_id"], []).append(counts)
+    if not by_task:
+        return {}
+    totals = np.asarray([np.sum(runs, axis=0) for runs in by_task.values()], dtype=float).reshape(len(by_task), 3)
+    means = np.asarray([np.mean(runs, axis=0) for runs in by_task.values()], dtype=float).reshape(len(by_task), 3)
+    asked, needed = totals[totals[:, 1] > 0], totals[totals[:, 2] > 0]  # the tasks each ratio is over
+    return {
+        "clarification_precision": bootstrap(asked[:, [0, 1]], ratio, seed=seed).to_dict(),
+        "clarification_recall": bootstrap(needed[:, [0, 2]], ratio, seed=seed).to_dict(),
+        "clarifications_asked_per_task": bootstrap(means[:, 1], seed=seed).to_dict(),
+        "clarifications_needed_per_task": bootstrap(means[:, 2], seed=seed).to_dict(),
+    }

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from heart_distill.eval.formats import ROLES
-from heart_distill.eval.metrics import HEADLINE, RATES, paired_difference
+from heart_distill.eval.metrics import CLARIFICATION_FIGURES, HEADLINE, RATES, paired_difference
 from heart_distill.eval.stats import Estimate, lifts, mean_lift, rel_lift95, rr0, worst_lift
 
 ORDER = {"base": 0, "distilled": 1, "teacher": 2}
@@ -133,6 +133,7 @@ def e2e_tables(results: list[dict[str, Any]]) -> list[str]:
         lines += [f"### {condition}", ""]
         names = ["success_rate", "prompt_tokens_per_task", "completion_tokens_per_task", "role_calls_per_task",
                  *(f"{role}_calls_per_task" for role in ROLES), "parse_failures_per_task", "wall_s_per_task"]
+        names += [n for n in CLARIFICATION_FIGURES if any(n in r["figures"] for _, r in columns)]  # BFCL miss_param
         rows = [[f"**{n}**" if n == "success_rate" else n] + [_cell(r["figures"].get(n), n) for _, r in columns]
                 for n in names]
         ks = sorted({k for _, r in columns for k in r["pass_hat_k"]}, key=int)

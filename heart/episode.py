@@ -19,6 +19,7 @@ from heart.environments.base import Environment, Task
 from heart.ledger import COUNTERS
 from heart.loop import HeartLoop, LoopConfig, Observer, TurnResult, quiet
 from heart.primitives import contained_tool_calls, summarize
+from heart.provenance import PROVENANCE_VIOLATION
 from heart.runtime.base import Backend, SamplingConfig
 from heart.traces import EpisodeRecord, TraceWriter
 
@@ -74,6 +75,8 @@ def run_episode(
     with contained_tool_calls() as containment:
         try:
             for turn, query in enumerate(task.turns):
+                if turn in getattr(session, "answered_turns", ()):  # the user gave it as a clarification's
+                    continue  # answer in the turn before (BFCL miss_param): it ran there
                 context.turn = turn
                 session.start_turn(turn)
                 observe("turn", {"turn": turn, "query": query})
@@ -81,7 +84,9 @@ def run_episode(
                 session.finish_turn(turn, result.response)
                 observe("turn_end", {"turn": turn, "result": result})
                 turns.append(result)
-                conversation.append({"user": query, "response": summarize(result.response, CONVERSATION_RESPONSE_CHARS)})
+                # what the user said in the turn: the query, then each answer to a clarification
+                user = "\n".join([query, *(c["answer"] for c in result.clarifications)])
+                conversation.append({"user": user, "response": summarize(result.response, CONVERSATION_RESPONSE_CHARS)})
         except BackendError as err:
             error = f"backend: {err}"
         except Exception as err:  # the loop or the environment broke: not the model's doing
@@ -122,6 +127,9 @@ def run_episode(
         errored=error is not None,
         error=error,
         **{name: sum(t.counts[name] for t in turns) for name in COUNTERS},
+        tools_refused=list(toolface.refusals),
+        provenance_violations=sum(r.failure_type == PROVENANCE_VIOLATION and not r.reused
+                                  for t in turns for a in t.attempts for r in a.results.values()),
     )
     if trace is not None:
         trace.write(record)

@@ -248,6 +248,11 @@ class LibrarySession:
     def infrastructure_failure(self) -> str | None:
         return getattr(self.inner, "infrastructure_failure", None)
 
+    @property
+    def answered_turns(self) -> set[int]:
+        """The inner session's turns given as a clarification's answer (BFCL miss_param)."""
+        return getattr(self.inner, "answered_turns", set())
+
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
         if close is not None:

@@ -138,6 +138,7 @@ from heart.primitives import (
     resolve_references,
     shrink,
 )
+from heart.provenance import PROVENANCE_VIOLATION, unregistered
 from heart.roles import planner, primitive, primitive_messages, router, verifier
 from heart.roles.planner import PlannerOutput
 from heart.roles.registry import PLANNER, PRIMITIVE, ROUTER, VERIFIER, Role, get_role
@@ -355,6 +356,21 @@ def looks_further(attempt: Attempt) -> bool:
     return bool(failed) and failed[-1].criteria.failed() == ["task_completion"]
 
 
+def system_prompt(role: Role | str, config: LoopConfig, payload: dict[str, Any] | None = None,
+                  mode: str | None = None) -> str:
+    """The system prompt ``role`` gets for ``payload`` (or in its ``mode``) under ``config``:
+    the short one for a context-distilled role, else the full one of the input's mode, with a
+    harness's edits where they apply (:attr:`heart.roles.registry.Mode.edited_by_harness`).
+    The loop's role calls and the MCP server's ``call_primitive`` (:mod:`heart.mcp`) both take it."""
+    role = get_role(role)
+    chosen = role.mode(mode) if mode is not None else role.mode_for(payload)
+    prompt = chosen.system_prompt(short=role.name in config.short_prompts)
+    for edited, edit, text in config.prompt_edits if chosen.edited_by_harness else ():  # heart.harness
+        if edited == role.name:
+            prompt = text if edit == "replace" else f"{prompt}\n{text}"
+    return prompt
+
+
 class HeartLoop:
     """Runs Algorithm 1 for one turn over a ToolFace, a role client and the user."""
 
@@ -546,16 +562,7 @@ class HeartLoop:
 
     # -- the four roles --------------------------------------------------------------------
     def _system(self, role: Role, payload: dict[str, Any] | None = None, mode: str | None = None) -> str:
-        """The system prompt ``role`` gets for ``payload`` (or in its ``mode``): the short one
-        for a context-distilled role, else the full one of the input's mode, with a harness's
-        edits where they apply (:attr:`heart.roles.registry.Mode.edited_by_harness`)."""
-        role = get_role(role)
-        chosen = role.mode(mode) if mode is not None else role.mode_for(payload)
-        prompt = chosen.system_prompt(short=role.name in self.config.short_prompts)
-        for edited, edit, text in self.config.prompt_edits if chosen.edited_by_harness else ():  # heart.harness
-            if edited == role.name:
-                prompt = text if edit == "replace" else f"{prompt}\n{text}"
-        return prompt
+        return system_prompt(role, self.config, payload, mode)
 
     def _ask(self, role: Role, payload: dict[str, Any], attempt: int, step: int | None = None, record: bool = True):
         """One role call: messages from the payload, parsed against the payload, decoding
@@ -656,7 +663,11 @@ class HeartLoop:
         """Execute the Primitive's call through the tool-boundary ``middleware``, unless the
         turn's ledger holds an execution it must reuse (see the module docstring): then the
         earlier envelope, marked ``reused``. Retries re-run execution, not the model; every
-        failed attempt stays in meta. A SUCCESS carries the ``carried`` validation's record."""
+        failed attempt stays in meta. A SUCCESS carries the ``carried`` validation's record.
+        A tool no ToolFace registered is not run (:func:`heart.provenance.unregistered`)."""
+        refused = unregistered(tool)
+        if refused is not None:
+            return failure(tool.name, PROVENANCE_VIOLATION, refused, arguments)
         if ledger is not None:
             try:
                 renamed = (middleware.rename(tool.name, arguments, tool.spec.parameters, [])

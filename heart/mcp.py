@@ -6,14 +6,21 @@ model, or an OpenAI-compatible server), served with the official MCP Python SDK'
 Three tools, each with a JSON schema:
 
 - ``toolface_search`` — a query → the tools ToolFace would show the Planner (name, one-line
-  description, category, score): over the environment's whole catalog, or over one task's
-  own tools with what the train split teaches ToolFace (:func:`heart.catalog.session_toolface`).
+  description, category, score): over the environment's whole catalog (registered under
+  registry provenance, as an episode's ToolFace is), or over one task's own tools with what
+  the train split teaches ToolFace (:func:`heart.catalog.session_toolface`).
 - ``call_primitive`` — a tool name, with a natural-language request and/or arguments → the
   Tool Primitive's envelope (SUCCESS with its result, or FAILURE with a typed
   ``failure_type``). It runs against a live session of the task, kept between calls (its
   state carries over; ``reset`` starts afresh). A request is resolved into arguments by the
   backend's Primitive role (the given arguments are its resolved bindings); arguments alone
   are bound and executed as the Primitive's deterministic part does (:mod:`heart.primitives`).
+  Both go as the loop's do: through the tool-boundary middleware the server was started with
+  (``--middleware``, or a ``--harness``'s; prerequisite intercepts look at the successful
+  calls of the same ``turn``), with the Primitive's system prompt as the loop would send it
+  (``--short-prompt``, a harness's prompt edits: :func:`heart.loop.system_prompt`), and only
+  over tools registered under registry provenance (:mod:`heart.provenance`), whose documents
+  are hashed again before they run.
 - ``solve`` — a task id → every user turn of the task through the HEART loop (Planner,
   Router, Primitives, Verifier), scored by the benchmark's own checker, with the turn answers
   and the trace of role calls; or a free ``request`` in a task's environment (its tools and
@@ -43,7 +50,8 @@ from pydantic import Field
 
 from heart import ROLES
 from heart.environments.base import Environment, EnvironmentSession, Task
-from heart.loop import LoopConfig
+from heart.loop import LoopConfig, system_prompt
+from heart.middleware import TurnCalls, load_middleware
 from heart.primitives import (
     SCHEMA_RESOLUTION,
     Envelope,
@@ -96,9 +104,15 @@ class _Live:
     """A ``call_primitive`` session: the task's live tool state and its own containment."""
 
     session: EnvironmentSession
+    registry: ToolFace
+    """The session's tools as registered under registry provenance (:mod:`heart.provenance`):
+    what ``call_primitive`` executes, its document hash checked before each run."""
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     untrusted: str | None = None
     """Set when a call was abandoned on timeout: the state may still change under us."""
+    turn: int | None = None
+    calls: TurnCalls = dataclasses.field(default_factory=TurnCalls)
+    """The successful calls of ``turn``: what prerequisite intercepts look at, as in a HEART turn."""
 
 
 class HeartMCP:
@@ -118,6 +132,9 @@ class HeartMCP:
         self.backend_for = backend_for
         self.gold = gold
         self.config = config
+        self.middleware = load_middleware(config.middleware)
+        """The tool-boundary intercept set every ``call_primitive`` execution passes, as the
+        loop's (``LoopConfig.middleware``: ``--middleware``, or a ``--harness``'s)."""
         self.sampling = sampling or {role: SamplingConfig(max_new_tokens=512) for role in ROLES}
         self.split = split
         self.seed = seed
@@ -152,9 +169,13 @@ class HeartMCP:
                 self._toolfaces.move_to_end(task_id)
                 return self._toolfaces[task_id]
         if task_id is None:
+            from heart.provenance import session_provenance
+
+            # the environment's documents, registered under provenance as an episode's are
             tools = [Tool(spec, _not_executable(spec.name)) for spec in _unique(self.environment.catalog())]
             face = ToolFace(tools, cache_dir=self.cache_dir, config=retrieval_config(self.environment),
-                            companions=tool_companions(self.environment))
+                            companions=tool_companions(self.environment),
+                            provenance=session_provenance(self.environment, None))
         else:
             session = self.environment.start(self.task(task_id))
             try:
@@ -173,7 +194,7 @@ class HeartMCP:
             if live is not None and not reset:
                 self._live.move_to_end(task.task_id)
                 return live
-        live = _Live(self.environment.start(task))
+        live = self._start_live(task)
         with self._lock:
             old = self._live.pop(task.task_id, None)
             self._live[task.task_id] = live
@@ -181,6 +202,16 @@ class HeartMCP:
         for gone in ([old] if old is not None else []) + dropped:
             _close(gone.session)
         return live
+
+    def _start_live(self, task: Task) -> _Live:
+        """A fresh session of ``task`` with its tools registered as an episode's ToolFace
+        registers them (:func:`heart.provenance.session_provenance`; nothing is embedded)."""
+        from heart.provenance import session_provenance
+
+        session = self.environment.start(task)
+        registry = ToolFace(session.tools, cache_dir=self.cache_dir,
+                            provenance=session_provenance(self.environment, session))
+        return _Live(session, registry)
 
     def close(self) -> None:
         with self._lock:
@@ -195,7 +226,7 @@ class HeartMCP:
         face = self.toolface(task_id)
         shown = face.retrieve(query, k)
         return {"query": query, "task_id": task_id, "environment": self.environment.name,
-                "catalog_size": len(face),
+                "catalog_size": len(face), **({"refused": list(face.refusals)} if face.refusals else {}),
                 "tools": [{"name": t.name, "description": t.description, "category": t.category,
                            "score": round(t.score, 4)} for t in shown]}
 
@@ -216,13 +247,17 @@ class HeartMCP:
             if live.untrusted:
                 raise MCPInputError(f"the session of {task_id} is no longer trustworthy ({live.untrusted}); "
                                     "call again with reset=true")
-            tools = {t.name: t for t in live.session.tools}
-            if tool not in tools:
-                names = sorted(tools)
+            refusal = next((r for r in live.registry.refusals if r["tool"] == tool), None)
+            if refusal is not None:
+                raise MCPInputError(f"tool {tool!r} of task {task_id} is not registered: {refusal['reason']}")
+            if tool not in live.registry:
+                names = sorted(live.registry.names())
                 raise MCPInputError(f"task {task_id} has no tool {tool!r}; its tools are "
                                     f"{', '.join(names[:40])}{' …' if len(names) > 40 else ''}")
             live.session.start_turn(turn)
-            target = tools[tool]
+            if live.turn != turn:  # prerequisite intercepts look at this turn's calls only
+                live.turn, live.calls = turn, TurnCalls()
+            target = live.registry.get(tool)
             resolved_by = "arguments"
             primitive_output = None
             if request is not None and not self.gold:
@@ -231,7 +266,8 @@ class HeartMCP:
                 if envelope is not None:
                     return self._answer(envelope, task_id, turn, resolved_by, primitive_output)
             with contained_tool_calls() as containment:
-                envelope = execute_with_retry(target, arguments, timeout_s=timeout_s, attempts=1)
+                envelope = execute_with_retry(target, arguments, timeout_s=timeout_s, attempts=1,
+                                              middleware=self.middleware, calls=live.calls)
             if containment.abandoned:
                 live.untrusted = containment.abandoned
         answer = self._answer(envelope, task_id, turn, resolved_by, primitive_output)
@@ -251,7 +287,7 @@ class HeartMCP:
         context = EpisodeContext(episode_id(task.env, task.task_id, self.seed, backend.name), task.task_id, task.env)
         card = primitive.tool_card(tool.name, tool.spec.description, tool.spec.parameters)
         payload = primitive.build_payload(request, bindings, card)
-        system = PRIMITIVE.system_prompt(payload, short=PRIMITIVE.name in self.config.short_prompts)
+        system = system_prompt(PRIMITIVE, self.config, payload)  # short prompt and harness edits, as the loop's
         prefill = PRIMITIVE.response_prefix if self.config.prefill and not self.config.constrained else ""
         schema = PRIMITIVE.schema_for_input(payload) if self.config.constrained else None
         with self._serialised():

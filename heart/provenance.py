@@ -26,7 +26,9 @@ and why), and a ToolFace built with such a tool among its tools leaves it out an
 refusal in ``ToolFace.refusals``. Before a registered tool runs, :func:`changed_since_registration`
 hashes its document again (:func:`heart.primitives.execute`): a document changed since
 registration is not executed, the call is a FAILURE with failure type
-:data:`PROVENANCE_VIOLATION`, and the Primitive's trace event carries that envelope.
+:data:`PROVENANCE_VIOLATION`, and the Primitive's trace event carries that envelope. The
+loop also refuses, with the same failure type, a tool no ToolFace registered at all
+(:func:`unregistered`: a document forced past the registry into a step).
 
 Every registration, refusal and refused execution is counted process-wide
 (:func:`counts`) and logged to the ``heart.provenance`` logger (refusals at WARNING).
@@ -204,6 +206,21 @@ def changed_since_registration(tool: "Tool") -> str | None:
     reason = (f"not run: the document of tool {registration.tool!r} changed after ToolFace registered it "
               f"(sha256 {registration.sha256[:12]}… from {registration.source} {registration.origin}, "
               f"now {now[:12]}…); register it again from its source").replace("  ", " ")
+    log.warning("%s", reason)
+    return reason
+
+
+def unregistered(tool: "Tool") -> str | None:
+    """Why the HEART loop must not run ``tool`` — no ToolFace registered it: its document
+    reached a step without passing registration (defence in depth behind the registry) — or
+    None. Every tool a loop's ToolFace hands out carries a registration; the Code primitive
+    runs in the sandbox, not through here. Counts and logs a refusal."""
+    if getattr(tool, "registration", None) is not None:
+        return None
+    count("refused_at_execution")
+    reason = (f"not run: tool {tool.name!r} was never registered by this episode's ToolFace (sha256 "
+              f"{document_hash(tool.spec)[:12]}…); a tool enters through its environment's catalog, an admitted "
+              "library entry or an MCP server the user registered")
     log.warning("%s", reason)
     return reason
 

@@ -86,6 +86,12 @@ class EpisodeRecord:
     state_changing_executed_twice: int = 0
     """Executions repeating a state-changing call that had succeeded in the same turn (0 by
     construction: the ledger reuses it)."""
+    tools_refused: list[dict[str, str]] = field(default_factory=list)
+    """Tool documents the episode's ToolFace refused at registration (registry provenance,
+    :mod:`heart.provenance`): ``{tool, sha256, reason}`` each; they were never shown or run."""
+    provenance_violations: int = 0
+    """Calls not run because their tool's document changed after registration (envelopes with
+    failure type PROVENANCE_VIOLATION), over all turns."""
     kind: str = "episode"
     version: int = TRACE_FORMAT_VERSION
 

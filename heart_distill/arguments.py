@@ -124,6 +124,9 @@ def executor_arguments(parser: argparse.ArgumentParser) -> None:
 def collect_arguments(parser: argparse.ArgumentParser) -> None:
     """``heart collect`` / ``python -m heart_distill.data.collect``."""
     parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
+    parser.add_argument("--category", default=None,
+                        help="bfcl: the multi-turn category (multi_turn_base by default, multi_turn_long_context, "
+                             "multi_turn_miss_param: the user withholds a parameter until asked)")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"])
     parser.add_argument("--teacher", default="gold", help="gold | openai:<url>#<model> | hf:<model>")
     parser.add_argument("--fault-rate", type=probability, default=0.0,
@@ -159,3 +162,6 @@ def optimize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", nargs="+", choices=["middleware", "prompt", "joint"],
                         help="override the recipe's mutation slots (--slots middleware: the middleware surface alone)")
     parser.add_argument("--answers", help="where recorded role answers are kept (share them between variants)")
+    parser.add_argument("--seed-middleware", metavar="PATH|default|none",
+                        help="override the recipe's seed_middleware: the middleware every arm starts from "
+                             "(not default: each arm is also scored with the default set, a reference arm)")

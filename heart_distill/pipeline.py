@@ -111,12 +111,16 @@ class E2ERun:
 @dataclass
 class AttackConfig:
     pairs: Annotated[int, Field(ge=0)] = 0
-    """AgentDojo (user task, injection task) pairs attacked, base and distilled roles alike
-    (``bench/injection.py``: agentdojo's own attack API); 0 = no attack stage."""
-    suite: Literal["banking", "slack", "travel", "workspace"] = "banking"
-    """AgentDojo suite the pairs are drawn from."""
+    """Distinct AgentDojo (user task, injection task) pairs attacked, base and distilled roles
+    alike (``bench/injection.py``: agentdojo's own attack API); 0 = no attack stage."""
+    suites: list[Literal["workspace", "travel", "banking", "slack"]] = field(
+        default_factory=lambda: ["workspace", "travel", "banking", "slack"])
+    """AgentDojo suites the pairs' user tasks are drawn from, in turn, from their test split
+    only (one suite's test split holds 6-11 user tasks)."""
+    concurrency: Annotated[int, Field(gt=0)] = 8
+    """Episodes in flight on the one engine (``eval.e2e_engine``, else ``eval.engine``)."""
     args: list[str] = field(default_factory=list)
-    """Extra arguments for ``bench/injection.py`` (e.g. --attack tool_knowledge)."""
+    """Extra arguments for ``bench/injection.py`` (e.g. --attack tool_knowledge, --router-mode step)."""
 
 
 @dataclass
@@ -261,8 +265,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                 str(run / "adapters" / role), "--data", str(run / "datasets"), "--limit", str(config.library.rows),
                 "--engine", e.engine] for role in config.library.roles]
     a = e.attack
+    # held out: the user tasks of the test split only, on the end-to-end evaluation's engine
     eval_attack = ([["python", "bench/injection.py", "--model", config.model, "--adapters", str(run / "adapters"),
-                     "--suite", a.suite, "--pairs", str(a.pairs), *a.args,
+                     "--suites", *a.suites, "--split", "test", "--pairs", str(a.pairs),
+                     *e2e_engine, "--concurrency", str(a.concurrency), *a.args,
                      "--traces", str(run / "eval" / "attack" / "traces"),
                      "--out", str(run / "eval" / "attack" / "injection.json")]] if a.pairs else [])
     return [

@@ -33,7 +33,8 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     from heart_distill.eval.optimize.protocol import World, load_recipe, scorecard_run, search_run
 
     overrides = {k: v for k, v in (("out", args.out), ("proposer", args.proposer), ("slots", args.slots),
-                                   ("answers", args.answers)) if v}
+                                   ("answers", args.answers),
+                                   ("seed_middleware", getattr(args, "seed_middleware", None))) if v}
     try:
         config = load_recipe(args.recipe, overrides)
         proposer = make_proposer(config.proposer)
@@ -121,6 +122,9 @@ def report(config: Any, argv: list[str] | None = None) -> dict[str, Any]:
            "arms": figures_of.arm_scores(scorecards),
            "figures": figures_of.figures(scorecards, config.optimize, config.budget_runs, config.resamples),
            "searches": logs,
+           "seed": config.seed_harness().describe(),
+           "recovery": ({arm: figures_of.recovery(scorecards, arm) for arm in config.optimize}
+                        if config.reference_harness() is not None else {}),
            "scorecard_cost": {s["run"]: {a: {"rollouts": v.get("rollouts"), "tokens": v.get("tokens")}
                                          for a, v in s["arms"].items()} for s in scorecards},
            "provenance": provenance(argv)}

@@ -9,9 +9,11 @@ criterion, parameter) form one cluster.
 
 Routing (three slots, as PRISM runs them in parallel):
 
-- ``middleware``: schema failures at the tool boundary — unknown argument names, values that
-  do not read as their type, values outside an enum: what a tool-boundary intercept repairs
-  without the model;
+- ``middleware``: failures at the tool boundary that an intercept can act on — unknown
+  argument names, values of the wrong type or outside an enum (the binding's and
+  jsonschema's own messages), and a tool that raised because something the call acts on
+  does not exist yet or its session is not logged in (a missing prerequisite:
+  :data:`PREREQUISITE`);
 - ``prompt``: failures before any tool runs or after it — unparseable answers, empty plans,
   a wrong tool, a Verifier that fails a good step, wrong values the checker rejects;
 - ``joint``: missing required arguments — an error block can ask for them, a Primitive
@@ -31,7 +33,19 @@ DETAIL_CHARS = 240
 SLOTS = ("middleware", "prompt", "joint")
 
 _PARAM = re.compile(r"'([A-Za-z_][\w.]*)'")
-_WHERE = re.compile(r"^([A-Za-z_][\w]*)(?:\[\d+\])?:")
+_WHERE = re.compile(r"^([A-Za-z_][\w]*)(?:\[\d+\]|\.\w+)*:")
+"""The parameter a binding message starts with: ``limit:``, ``ids[2]:`` (the binding's
+coercion), ``ids.0:`` or ``filter.unit:`` (jsonschema's path of the failing value)."""
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception):\s*")
+"""The exception class a RUNTIME_ERROR's details start with (``TypeError: ``)."""
+
+PREREQUISITE = re.compile(
+    r"no such file|not found|does not exist|not present|not exist|"
+    r"not (?:currently )?logged in|no user is currently logged in|not authenticated|authenticate|"
+    r"log ?in first|token expired|invalid access token", re.IGNORECASE)
+"""What a tool raises when a call needs something an earlier call provides: the thing it acts
+on (a file, a ticket, a booking: "No such file or directory", "not found") or a logged-in
+session ("No user is currently logged in", "Token expired") — BFCL's backends' own messages."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,8 @@ class Failure:
     """Failure type, failed criterion, or the checker's error type."""
     parameter: str = ""
     detail: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The failing call's arguments (a tool failure's envelope), for the proposer."""
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -60,6 +76,8 @@ class Cluster:
     details: list[str] = field(default_factory=list)
     calls: list[list[str]] = field(default_factory=list)
     """Per case, the tool-call sequence of the episode."""
+    arguments: list[dict[str, Any]] = field(default_factory=list)
+    """Per case, the arguments of the failing call as the envelope gives them (tool failures)."""
 
     @property
     def id(self) -> str:
@@ -71,10 +89,17 @@ class Cluster:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "slot": self.slot, "cases": self.cases, "details": self.details[:3],
-                "calls": self.calls[:3]}
+                "calls": self.calls[:3], "arguments": self.arguments[:3]}
 
 
 def _parameter_of(failure_type: str, details: str) -> str:
+    """The parameter a failure's details name, or "". A tool's own exception names none
+    reliably (its quoted words are values: ``rm: cannot remove 'a.txt'``) unless Python's
+    message is about an argument (``missing 1 required positional argument: 'unit'``)."""
+    if failure_type == "RUNTIME_ERROR":
+        message = _EXCEPTION.sub("", details, count=1)
+        m = _PARAM.search(message) if "argument" in message else None
+        return m.group(1) if m else ""
     m = _WHERE.match(details)
     if m and m.group(1) not in ("reference", "missing", "unknown"):
         return m.group(1)
@@ -98,8 +123,10 @@ def failures_of(episode: Episode) -> list[Failure]:
         envelope = (e.get("extra") or {}).get("envelope") or {}
         if role == "primitive" and envelope.get("status") == "FAILURE":
             details = str(envelope.get("details", ""))
+            arguments = envelope.get("bound_arguments") or {}
             out.append(Failure("tool_failure", envelope.get("tool", "?"), envelope.get("failure_type") or "?",
-                               _parameter_of(envelope.get("failure_type") or "", details), details[:DETAIL_CHARS]))
+                               _parameter_of(envelope.get("failure_type") or "", details), details[:DETAIL_CHARS],
+                               arguments if isinstance(arguments, dict) else {}))
         if role == "verifier" and parsed.get("status") == "FAIL":
             criteria = parsed.get("criteria") or {}
             failed = [k for k, v in criteria.items() if v == "fail"] or ["unspecified"]
@@ -135,6 +162,7 @@ def cluster(episodes: Iterable[Episode]) -> list[Cluster]:
                 c.cases.append(episode.task.key)
                 c.details.append(f.detail)
                 c.calls.append(tool_calls(episode))
+                c.arguments.append(f.arguments)
     return sorted(found.values(), key=lambda c: -len(c.cases))
 
 
@@ -145,5 +173,7 @@ def route(c: Cluster) -> str:
         if "missing required" in text or "required positional argument" in text:
             return "joint"
         if c.type in ("SCHEMA_RESOLUTION", "CONSTRAINT_VIOLATION"):
+            return "middleware"
+        if c.type == "RUNTIME_ERROR" and PREREQUISITE.search(text):
             return "middleware"
     return "prompt"

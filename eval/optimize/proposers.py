@@ -1,12 +1,15 @@
 """Proposers: from a parent harness and a routed failure cluster to a candidate harness.
 
-- :class:`DeterministicProposer` needs no model. Middleware slot: a schema-failure cluster
-  becomes intercepts — an unknown argument name close to one of the tool's parameters
-  becomes a silent-correction ``rename``; a value the binding cannot read as its type, or
-  outside its enum, that the shipped corrections are off for becomes the matching
-  ``coerce_type`` / ``enum_casefold`` correction; a tool that raised for want of an argument its
-  schema calls optional becomes an ``error_blocking`` intercept that asks for it before the
-  call (a required one is refused by the binding already). Prompt slot: a fixed, small library of
+- :class:`DeterministicProposer` needs no model. Middleware slot: a tool-boundary failure
+  cluster becomes intercepts (:func:`schema_intercepts`, from the messages the boundary really
+  produces) — an unknown argument name close to one of the tool's parameters becomes a
+  silent-correction ``rename``; a value jsonschema refuses as the wrong type that coercion
+  reads unambiguously, or an enum value in the wrong case, becomes the ``coerce_type`` /
+  ``enum_casefold`` correction for every tool (the fix follows the schema); a tool that raised
+  for want of an argument its schema calls optional becomes an ``error_blocking`` intercept
+  that asks for it before the call (a required one is refused by the binding already); a
+  tool that raised because what it acts on does not exist yet or its session is not logged in
+  becomes a ``prerequisite_blocking`` intercept. Prompt slot: a fixed, small library of
   one-sentence hints per failure kind (:data:`PROMPT_HINTS`), appended to the role's
   prompt. Joint slot: both.
 - :class:`OpenAIProposer` asks any OpenAI-compatible chat model for the edit as JSON, with
@@ -30,7 +33,7 @@ import yaml
 
 from heart.harness import ROLES, Harness, HarnessError, _parse_prompts
 from heart.middleware import FORMAT as MIDDLEWARE_FORMAT, MiddlewareError, parse_middleware
-from heart_distill.eval.optimize.clusters import Cluster
+from heart_distill.eval.optimize.clusters import PREREQUISITE, Cluster
 
 PROMPT_HINTS: dict[tuple[str, str], tuple[str, str]] = {
     ("unparseable", "router"): ("router", "Write each invocation_request as one short sentence and each binding "
@@ -105,16 +108,43 @@ def catalog_index(catalog: list[Any]) -> dict[str, dict[str, Any]]:
             for s in catalog}
 
 
-def schema_intercepts(c: Cluster, catalog: list[Any]) -> list[dict[str, Any]]:
-    """Middleware for one schema-failure cluster, with no model (module docstring)."""
+def schema_intercepts(c: Cluster, catalog: list[Any], parent: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Middleware for one tool-boundary failure cluster, with no model (module docstring).
+
+    The rules read the messages the tool boundary really produces (:func:`heart.primitives.bind_arguments`,
+    jsonschema, the tool's own exception), and propose only what would change the failing call:
+
+    - ``unknown parameter(s) 'loc'`` → ``rename`` to the closest parameter of the tool;
+    - jsonschema's ``n: '5' is not of type 'integer'`` (no coercion ran: seed middleware ``none``
+      or a set without it) → ``coerce_type``, when :func:`heart.coercion.coerce` reads the
+      failing value as its type (``'five'`` it cannot: no proposal). A value the shipped coercion
+      already tried fails as ``cannot read '…' as integer``, which no correction repairs;
+    - ``unit: 'Celsius' is not one of ['celsius', …]`` → ``enum_casefold``, when the value
+      matches an option but for case (the shipped casefold already refused the others);
+    - a tool that raised for want of an argument its schema calls optional → an
+      ``error_blocking`` intercept asking for it;
+    - a tool that raised because what the call acts on does not exist yet, or its session is
+      not logged in (:data:`heart_distill.eval.optimize.clusters.PREREQUISITE`) → a
+      ``prerequisite_blocking`` intercept: the call waits for a successful call this turn of
+      a tool of the same class that lists (``ls``, ``find``, ``get_…``) or logs in.
+
+    Type and case corrections follow the schema, not the tool: they are proposed for every
+    tool (``tool: "*"``, ``parameter: "*"``), restricted to the JSON type that failed
+    (``schema_type(integer)``), so a repair learned on the repair tasks' tools reaches the
+    other tasks' tools. An intercept the parent's set (``parent``: its intercept rows) already
+    has (the same id) is not proposed again: the failure happened under it."""
     tools = catalog_index(catalog)
     schema = tools.get(c.where)
     if c.kind != "tool_failure" or schema is None:
         return []
     params = list(schema.get("properties", {}))
+    rows = list(parent or [])
     out = []
-    for detail in c.details:
+    for n, detail in enumerate(c.details):
+        arguments = c.arguments[n] if n < len(c.arguments) else {}
         m = _UNKNOWN.search(detail)
+        typed = _NOT_OF_TYPE.match(detail)
+        enum = _NOT_IN_ENUM.match(detail)
         if m:
             for wrong in _QUOTED.findall(m.group(1)):
                 target = _closest(wrong, params)
@@ -124,16 +154,26 @@ def schema_intercepts(c: Cluster, catalog: list[Any]) -> list[dict[str, Any]]:
                                 "action": {"correct": "rename", "from": [wrong]},
                                 "reason": f"The model calls {c.where} with {wrong!r} for {target!r} "
                                           f"(cluster {c.id}, {len(c.cases)} case(s))."})
-        elif c.parameter in params and "cannot read" in detail:
-            out.append({"id": f"coerce-{c.where}-{c.parameter}", "pattern": "silent_correction",
-                        "guard": {"tool": c.where, "parameter": c.parameter, "when": "type_mismatch"},
-                        "action": {"correct": "coerce_type"},
-                        "reason": f"{c.where}.{c.parameter} arrives as the wrong type (cluster {c.id})."})
-        elif c.parameter in params and "is not one of" in detail:
-            out.append({"id": f"enum-{c.where}-{c.parameter}", "pattern": "silent_correction",
-                        "guard": {"tool": c.where, "parameter": c.parameter, "when": "not_in_enum"},
+        elif typed and c.type == "CONSTRAINT_VIOLATION":
+            path, value_text, kind = typed.group(1), typed.group(2), typed.group(3)
+            name = path.split(".")[0]
+            spec = schema["properties"].get(name) if name in params else None
+            if spec is not None and _coercible(value_text, _spec_at(spec, path.split(".")[1:]), kind):
+                top = spec.get("type") if isinstance(spec.get("type"), str) else None
+                out.append({"id": f"coerce-{top or 'any'}", "pattern": "silent_correction",
+                            "guard": {"tool": "*", "parameter": "*",
+                                      "when": f"schema_type({top}) and type_mismatch" if top else "type_mismatch"},
+                            "action": {"correct": "coerce_type"},
+                            "reason": f"{c.where}.{path} arrived as {value_text[:60]} for a {kind}, which reads "
+                                      f"unambiguously as one (cluster {c.id}, {len(c.cases)} case(s)); the type "
+                                      "comes from the schema, so the correction applies to every tool."})
+        elif enum and c.parameter in params and _casefold_matches(enum.group(2), enum.group(3)):
+            out.append({"id": "enum-casefold", "pattern": "silent_correction",
+                        "guard": {"tool": "*", "parameter": "*", "when": "not_in_enum"},
                         "action": {"correct": "enum_casefold"},
-                        "reason": f"{c.where}.{c.parameter} arrives in another case than its enum (cluster {c.id})."})
+                        "reason": f"{c.where}.{c.parameter} arrived as {enum.group(2)[:60]}, one of its enum's "
+                                  f"options in another case (cluster {c.id}); the options come from the schema, "
+                                  "so the correction applies to every tool."})
         for missing in _MISSING_ARG.findall(detail):  # the tool raised: its schema calls it optional
             if missing in params:
                 description = schema["properties"][missing].get("description", "")
@@ -144,8 +184,103 @@ def schema_intercepts(c: Cluster, catalog: list[Any]) -> list[dict[str, Any]]:
                                        "failure_type": "SCHEMA_RESOLUTION"},
                             "reason": f"{c.where} fails without {missing!r} although its schema does not "
                                       f"require it (cluster {c.id})."})
-    unique = {row["id"]: row for row in out}
+        if c.type == "RUNTIME_ERROR" and PREREQUISITE.search(detail):
+            row = prerequisite_intercept(c, detail, arguments, catalog)
+            if row is not None and not any(r.get("id") == row["id"] for r in rows):
+                out.append(row)
+    unique = {row["id"]: row for row in out if not any(r.get("id") == row["id"] for r in rows)}
     return list(unique.values())
+
+
+_NOT_OF_TYPE = re.compile(r"^([A-Za-z_][\w]*(?:\.\w+)*): (.+) is not of type '(\w+)'")
+"""jsonschema's type message as :func:`heart.primitives.bind_arguments` reports it: path, the
+value's repr, the schema type (the first one, when several are allowed)."""
+_NOT_IN_ENUM = re.compile(r"^([A-Za-z_][\w]*(?:\.\w+|\[\d+\])*): (.+) is not one of (\[.*\])$", re.DOTALL)
+"""jsonschema's and the binding's enum message: path, the value's repr, the options' repr."""
+_LOGIN = re.compile(r"logged in|authenticat|log ?in|token", re.IGNORECASE)
+_LOGIN_TOOL = re.compile(r"log_?in|authenticate", re.IGNORECASE)
+_LISTING_TOOL = re.compile(r"^(?:ls|find|list|get|search|view|display|show)(?:_|$)|^(?:list|get|search)[A-Z]",
+                           re.IGNORECASE)
+
+
+def _literal(text: str) -> Any:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return _UNREAD
+
+
+_UNREAD = object()
+"""A repr that does not read back (cut, or not a literal): the rule cannot check it."""
+
+
+def _spec_at(spec: dict[str, Any], path: list[str]) -> dict[str, Any]:
+    for key in path:
+        if key.isdigit() and isinstance(spec.get("items"), dict):
+            spec = spec["items"]
+        elif isinstance(spec.get("properties"), dict) and key in spec["properties"]:
+            spec = spec["properties"][key]
+        else:
+            return {}
+    return spec
+
+
+def _coercible(value_text: str, spec: dict[str, Any], kind: str) -> bool:
+    """Whether :func:`heart.coercion.coerce` reads the failing value as ``kind`` (a value whose
+    repr was cut cannot be checked: proposed, the repair evaluation decides)."""
+    from heart.coercion import BindingError, coerce
+
+    value = _literal(value_text)
+    if value is _UNREAD:
+        return True
+    try:
+        coerce(value, spec if spec.get("type") == kind else {**spec, "type": kind}, "value")
+    except BindingError:
+        return False
+    return True
+
+
+def _casefold_matches(value_text: str, options_text: str) -> bool:
+    value, options = _literal(value_text), _literal(options_text)
+    if value is _UNREAD or options is _UNREAD or not isinstance(options, list):
+        return value is _UNREAD or options is _UNREAD
+    values = value if isinstance(value, list) else [value]
+    folded = {str(o).casefold() for o in options}
+    return any(isinstance(v, str) and v not in options and v.strip().casefold() in folded for v in values)
+
+
+def prerequisite_intercept(c: Cluster, detail: str, arguments: dict[str, Any],
+                           catalog: list[Any]) -> dict[str, Any] | None:
+    """A ``prerequisite_blocking`` intercept for a tool that raised for want of an earlier
+    call (module docstring of :func:`schema_intercepts`), or None when the tool's class has no
+    tool that could provide it. The guarded parameter is the one whose value the message
+    quotes (a file name, an id); without one, every parameter (``*``)."""
+    specs = {(getattr(s, "name", None) or s["name"]): s for s in catalog}
+    spec = specs.get(c.where)
+    if spec is None:
+        return None
+    category = getattr(spec, "category", None) if not isinstance(spec, dict) else spec.get("category")
+    login = bool(_LOGIN.search(detail))
+    pattern = _LOGIN_TOOL if login else _LISTING_TOOL
+    providers = sorted(name for name, s in specs.items()
+                       if name != c.where and pattern.search(name)
+                       and ((getattr(s, "category", None) if not isinstance(s, dict) else s.get("category")) == category))
+    if not providers:
+        return None
+    named = next((k for k, v in arguments.items() if isinstance(v, (str, int)) and not isinstance(v, bool)
+                  and str(v) and str(v) in detail), None) if not login else None
+    parameter = named or "*"
+    what = "a logged-in session" if login else f"{parameter} listed by an earlier call"
+    return {"id": f"prerequisite-{c.where}-{'login' if login else parameter.replace('*', 'any')}",
+            "pattern": "prerequisite_blocking",
+            "guard": {"tool": c.where, "parameter": parameter,
+                      "when": f"present and not prior_call(tool={'|'.join(providers)})"},
+            "action": {"message": f"{{tool}} needs {what}: call {' or '.join(providers[:4])} first in this turn, "
+                                  "then call {tool} again"},
+            "reason": f"{c.where} raised {detail[:100]!r} (cluster {c.id}, {len(c.cases)} case(s)): the call needs "
+                      f"what an earlier call of {', '.join(providers[:4])} provides."}
 
 
 def _closest(wrong: str, params: list[str]) -> str | None:
@@ -172,7 +307,7 @@ class DeterministicProposer:
 
     def propose(self, parent: Harness, slot: str, cluster: Cluster, catalog: list[Any], name: str,
                 rng: random.Random) -> Proposal:
-        intercepts = schema_intercepts(cluster, catalog) if slot in ("middleware", "joint") else []
+        intercepts = schema_intercepts(cluster, catalog, intercepts_of(parent)) if slot in ("middleware", "joint") else []
         hint = prompt_hint(cluster) if slot in ("prompt", "joint") else None
         if not intercepts and hint is None:
             return Proposal(None, f"no {slot} rule for cluster {cluster.id}")

@@ -11,8 +11,14 @@ Stages, each resumable (a finished piece is a file and is skipped):
 1. ``search`` — per arm that gets a harness and per run: :func:`search.search` on repair and
    gate tasks only, writing ``runs/<arm>/<run>/log.json`` and the selected harness folder.
 2. ``scorecard`` — per run, each arm's scorecard, evaluated once, after every search of the
-   run is done: base and distilled with the shipped harness (cached per split seed), and
-   each with its run's selected harness.
+   run is done: base and distilled with the seed harness (cached per split seed), each with
+   its run's selected harness, and — when the seed's middleware is not the shipped default —
+   each with the seed's prompts and the default middleware: a fixed **reference** arm
+   (``<arm>+default``), the repair a search from ``none`` can be held against.
+
+The seed harness is the recipe's ``seed_middleware`` (``none``, ``default`` or an intercept
+file) with its ``seed_prompts`` (role prompt edits, as in a harness file): every arm starts from
+it, and nothing else is part of every arm.
 3. ``report`` — four arms (base; base + optimized harness; distilled; distilled + optimized
    harness), each arm's lift over base with a bootstrap interval over runs, WorstLift over
    the conditions, RR0, RelLift95(B) for the optimized arms, and the interaction
@@ -33,12 +39,38 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from heart.harness import Harness, save_harness
+from heart.harness import Harness, _parse_prompts, save_harness
 from heart_distill.eval.optimize.rollouts import AnswerRecord, Evaluation, ReplayBackend, TaskRef, evaluate
 from heart_distill.eval.optimize.search import SearchConfig, budget_error, search, write_log
 
 SPLITS = {"repair": "train", "gate": "dev", "scorecard": "test"}
 ARMS = ("base", "distilled")
+LOOP_KEYS = ("budget", "max_plan_steps", "constrained", "unconstrained", "router_mode", "verify", "messages")
+"""The recipe's ``loop`` settings: re-plan budget, longest plan, constrained decoding (on
+unless false), roles that decode without their schema all the same (``unconstrained:
+[primitive]``: a Primitive served without structured output, whose arguments can then be
+of the wrong type at the tool boundary), the Router's mode (plan | step: as the adapters
+were trained), Verifier granularity, messages between primitives."""
+
+
+class UnconstrainedRoles:
+    """A backend that drops the answer schema (``guided_json``) of ``roles``' calls: those
+    roles decode free, the others as the loop asks."""
+
+    def __init__(self, inner: Any, roles: tuple[str, ...]):
+        self.inner, self.roles = inner, tuple(roles)
+        self.name = getattr(inner, "name", "model")
+
+    def generate(self, role: str, messages, sampling=None):
+        if role in self.roles and sampling is not None and sampling.guided_json:
+            sampling = dataclasses.replace(sampling, guided_json=None)
+        return self.inner.generate(role, messages, sampling)
+
+    def client(self):
+        import contextlib
+
+        client = getattr(self.inner, "client", None)
+        return client() if client is not None else contextlib.nullcontext()
 
 
 @dataclass
@@ -81,6 +113,13 @@ class ProtocolConfig:
     answers: str | None = None
     """Where recorded role answers are kept (default <out>/answers); variants of one recipe
     (another out, other slots) share them to replay what the first computed."""
+    seed_middleware: str = "default"
+    """The seed harness's tool-boundary middleware: ``default`` (the shipped set), ``none``
+    (arguments bound as given) or an intercept file (docs/middleware.md). Unless it is
+    ``default``, the scorecard also scores each arm with the default set (``<arm>+default``)."""
+    seed_prompts: dict[str, dict[str, str]] | None = None
+    """The seed harness's role prompt edits, as a harness file writes them:
+    ``{primitive: {append: "..."}}`` (a planted defect for a positive control, or a house style)."""
 
     def __post_init__(self) -> None:
         for c in self.conditions:
@@ -110,7 +149,41 @@ class ProtocolConfig:
         refused = budget_error(self.search_config.budget, *self.tasks_per_run())
         if refused:  # refused here, not after the seed's rollouts: such a run can only return the seed
             raise ValueError(f"search.budget: {refused}")
+        unknown_loop = set(self.loop) - set(LOOP_KEYS)
+        if unknown_loop:
+            raise ValueError(f"loop: unknown key(s) {sorted(unknown_loop)}; known: {', '.join(LOOP_KEYS)}")
+        from heart.harness import ROLES
 
+        if not isinstance(self.loop.get("unconstrained", []), list) or set(self.loop.get("unconstrained", [])) - set(ROLES):
+            raise ValueError(f"loop.unconstrained: a list of roles ({', '.join(ROLES)}), "
+                             f"got {self.loop['unconstrained']!r}")
+        if self.loop.get("router_mode", "plan") not in ("plan", "step"):
+            raise ValueError(f"loop.router_mode: plan or step, got {self.loop['router_mode']!r}")
+        self.seed_harness()  # a bad seed_middleware or seed_prompts is refused by field, before any rollout
+
+    def seed_harness(self) -> Harness:
+        """The harness every arm starts from (``seed_middleware`` + ``seed_prompts``)."""
+        from heart.middleware import load_middleware
+        from heart.user_errors import UserError
+
+        try:
+            prompts = _parse_prompts(self.seed_prompts, "seed_prompts")
+            middleware = str(self.seed_middleware)
+            load_middleware(middleware)
+        except (UserError, ValueError) as err:  # MiddlewareError, HarnessError
+            raise ValueError(f"seed: {err}") from None
+        text = None
+        if middleware not in ("default", "none"):
+            middleware = str(Path(middleware).resolve())
+            text = Path(middleware).read_text()
+        return Harness("seed", prompts, middleware, text)
+
+    def reference_harness(self) -> Harness | None:
+        """The seed's prompts with the shipped default middleware: the fixed reference arm, or
+        None when the seed's middleware is the default already."""
+        if str(self.seed_middleware) == "default":
+            return None
+        return Harness("reference-default", self.seed_harness().prompts, "default")
     @property
     def search_config(self) -> SearchConfig:
         return SearchConfig(**self.search, slots=tuple(self.slots))
@@ -218,7 +291,9 @@ class World:
             if inner is None:
                 raise ValueError(f"arms.{arm}: {self.config.arms[arm]!r} has no shared backend (the gold "
                                  "teacher is not a fixed model to optimize around)")
-            self._backends[arm] = BatchingBackend(inner, max_batch_size=max(1, self.config.concurrency))
+            backend = BatchingBackend(inner, max_batch_size=max(1, self.config.concurrency))
+            free = tuple(self.config.loop.get("unconstrained", ()))
+            self._backends[arm] = UnconstrainedRoles(backend, free) if free else backend
         return self._backends[arm]
 
     def run_episode(self, arm: str) -> Callable:
@@ -227,12 +302,18 @@ class World:
 
         models = self.models(arm)
 
+        loop = self.config.loop
+        policy = LoopPolicy(budget=loop.get("budget", 3), verify=loop.get("verify", "step"),
+                            messages=bool(loop.get("messages", True)),
+                            **({"router_mode": loop["router_mode"]} if "router_mode" in loop else {}))
+
         def one(task: TaskRef, harness_dir: str | None, backend: Any):
             env, _, part = task.condition.partition(":")
+            # the harness folder brings the middleware (the policy's is the default, never used)
             e2e = E2EConfig(env=env, out="", category=part if env == "bfcl" else None, split=SPLITS_OF_ANY,
                             roles_spec=self.config.arms[arm], model=self.config.model, engine=self.config.engine,
-                            policy=LoopPolicy(budget=self.config.loop.get("budget", 3)),
-                            max_plan_steps=self.config.loop.get("max_plan_steps", 6), harness=harness_dir)
+                            policy=policy, max_plan_steps=loop.get("max_plan_steps", 6),
+                            constrained=bool(loop.get("constrained", True)), harness=harness_dir)
             return run_one(self.environment(task.condition), task.task_id, 0, backend, models, e2e)
 
         return one
@@ -245,10 +326,23 @@ SPLITS_OF_ANY = "test"
 # -- stages ------------------------------------------------------------------------------
 
 def shipped_folder(out: Path) -> str:
-    folder = out / "harnesses" / "shipped"
+    """The shipped harness (shipped prompts, default middleware) saved under ``out``."""
+    return harness_folder(out, Harness("shipped"))
+
+
+def harness_folder(out: Path, harness: Harness) -> str:
+    """``harness`` saved under ``out/harnesses/<name>-<fingerprint>`` (once)."""
+    folder = out / "harnesses" / f"{harness.name}-{harness.fingerprint()}"
     if not (folder / "harness.yaml").is_file():
-        save_harness(Harness("shipped"), folder)
+        save_harness(harness, folder)
     return str(folder)
+
+
+def model_label(config: ProtocolConfig, arm: str) -> str:
+    """What an answer record is keyed by besides the messages: the arm's model and engine,
+    and the roles that decode free (their answers differ from constrained ones)."""
+    free = config.loop.get("unconstrained")
+    return f"{arm}:{config.arms[arm]}:{config.engine}" + (f":unconstrained={','.join(free)}" if free else "")
 
 
 def record_path(config: ProtocolConfig, arm: str) -> Path:
@@ -261,30 +355,41 @@ def search_run(config: ProtocolConfig, arm: str, rid: str, world: Any, proposer:
     out = Path(config.out)
     folder = out / "runs" / arm / rid
     path = folder / "log.json"
+    seed = config.seed_harness()
     if path.is_file():
-        return json.loads(path.read_text())
+        done = json.loads(path.read_text())
+        _same_seed(done, seed, path)
+        return done
     split_seed, repeat = (int(x) for x in rid[1:].split("r"))
     sets = task_sets(config, split_seed, world.task_ids)
-    backend = ReplayBackend(world.backend(arm), f"{arm}:{config.arms[arm]}:{config.engine}",
-                            AnswerRecord(record_path(config, arm)))
+    backend = ReplayBackend(world.backend(arm), model_label(config, arm), AnswerRecord(record_path(config, arm)))
     run_episode = world.run_episode(arm)
     started = time.perf_counter()
 
     def evaluate_folder(tasks: list[TaskRef], harness_dir: str) -> Evaluation:
         return evaluate(tasks, harness_dir, backend, run_episode, config.concurrency)
 
-    result = search(Harness("shipped"), sets["repair"], sets["gate"], evaluate_folder, proposer,
+    result = search(seed, sets["repair"], sets["gate"], evaluate_folder, proposer,
                     world.catalogs(), config.search_config, random.Random(f"run:{arm}:{rid}"),
                     folder / "candidates",
                     log=lambda e: log(f"[{arm} {rid}] {json.dumps(e, default=str)[:300]}"))
     header = {"kind": "optimize-run", "arm": arm, "run": rid, "split_seed": split_seed, "repeat": repeat,
               "proposer": getattr(proposer, "name", "?"), "search": config.search,
+              "seed": {"describe": seed.describe(), "fingerprint": seed.fingerprint()}, "loop": config.loop,
               "repair": [t.key for t in sets["repair"]], "gate": [t.key for t in sets["gate"]],
               "scorecard_tasks_not_seen": len(sets["scorecard"]),
               "computed_role_calls": backend.computed, "wall_s": round(time.perf_counter() - started, 1),
               "seed_diagnosis": diagnosis([*result.seed.repair.episodes.values(), *result.seed.gate.episodes.values()])}
     write_log(result, path, header)
     return json.loads(path.read_text())
+
+
+def _same_seed(done: dict[str, Any], seed: Harness, path: Path) -> None:
+    """A finished piece is reused only when it started from this recipe's seed harness."""
+    recorded = (done.get("seed") or {}).get("fingerprint", Harness("shipped").fingerprint())
+    if recorded != seed.fingerprint():
+        raise ValueError(f"{path}: made from another seed harness ({(done.get('seed') or {}).get('describe', 'shipped')}) "
+                         f"than the recipe's ({seed.describe()}): give another out, or remove it")
 
 
 def diagnosis(episodes: list[Any]) -> dict[str, Any]:
@@ -316,21 +421,28 @@ def scorecard_run(config: ProtocolConfig, rid: str, world: Any, log: Callable[[s
         raise ValueError(f"run {rid}: the search of arm(s) {missing} is not done; the scorecard waits for selection")
     split_seed = int(rid[1:].split("r")[0])
     tasks = task_sets(config, split_seed, world.task_ids)["scorecard"]
-    doc: dict[str, Any] = {"run": rid, "split_seed": split_seed, "tasks": [t.key for t in tasks], "arms": {}}
+    doc: dict[str, Any] = {"run": rid, "split_seed": split_seed, "tasks": [t.key for t in tasks], "arms": {},
+                           "seed": config.seed_harness().describe()}
     started = time.perf_counter()
+    seed = config.seed_harness()
+    fixed = {"": harness_folder(out, seed)}
+    reference = config.reference_harness()
+    if reference is not None:
+        fixed["+default"] = harness_folder(out, reference)
     for arm in config.arms:
-        backend = ReplayBackend(world.backend(arm), f"{arm}:{config.arms[arm]}:{config.engine}",
-                                AnswerRecord(record_path(config, arm)))
+        backend = ReplayBackend(world.backend(arm), model_label(config, arm), AnswerRecord(record_path(config, arm)))
         run_episode = world.run_episode(arm)
-        baseline_path = out / "scorecard" / f"baseline-{arm}-s{split_seed}.json"
-        if baseline_path.is_file():  # the shipped harness on this split seed's scorecard: shared by its runs
-            baseline = json.loads(baseline_path.read_text())
-        else:
-            ev = evaluate(tasks, shipped_folder(out), backend, run_episode, config.concurrency)
-            baseline = {"scores": ev.scores(), "errored": [k for k, e in ev.episodes.items() if e.errored],
-                        "rollouts": ev.rollouts, "tokens": ev.tokens}
-            _write(baseline_path, baseline)
-        doc["arms"][arm] = baseline
+        for suffix, harness_dir in fixed.items():  # fixed harnesses on this split seed's scorecard: shared by its runs
+            which = seed if not suffix else reference
+            cached = out / "scorecard" / f"baseline-{arm}{suffix}-s{split_seed}-{which.fingerprint()}.json"
+            if cached.is_file():
+                entry = json.loads(cached.read_text())
+            else:
+                ev = evaluate(tasks, harness_dir, backend, run_episode, config.concurrency)
+                entry = {"scores": ev.scores(), "errored": [k for k, e in ev.episodes.items() if e.errored],
+                         "rollouts": ev.rollouts, "tokens": ev.tokens, "harness": which.describe()}
+                _write(cached, entry)
+            doc["arms"][f"{arm}{suffix}"] = entry
         if arm in config.optimize:
             run_log = json.loads((out / "runs" / arm / rid / "log.json").read_text())
             ev = evaluate(tasks, run_log["selected_folder"], backend, run_episode, config.concurrency)
@@ -339,7 +451,7 @@ def scorecard_run(config: ProtocolConfig, rid: str, world: Any, log: Callable[[s
                                              "rollouts": ev.rollouts, "tokens": ev.tokens,
                                              "harness": run_log["selected"], "gate_lift": run_log["gate_lift"]}
         log(f"[scorecard {rid}] {arm}: " + ", ".join(f"{k} {100 * np.mean(list(v['scores'].values())):.1f}%"
-                                                    for k, v in doc["arms"].items() if k.startswith(arm)))
+                                                    for k, v in doc["arms"].items() if k.split("+")[0] == arm))
     doc["wall_s"] = round(time.perf_counter() - started, 1)
     _write(path, doc)
     return doc

@@ -6,7 +6,10 @@ Per run i (its split seed's scorecard tasks, evaluated once after selection), in
   paired on the run's tasks;
 - the optimizer's own lift: (arm + harness) − arm, for each arm that got a search;
 - the interaction: (distilled + harness − base) − (distilled − base) − (base + harness − base):
-  positive when harness optimization adds more on the distilled model than on the base.
+  positive when harness optimization adds more on the distilled model than on the base;
+- with a seed middleware other than the default, the reference: (arm + default middleware)
+  − arm, the known repair, and per run how much of it the search recovered
+  (:func:`recovery`: the optimizer's lift over the reference's, and whether it reached half).
 
 Over runs: MeanLift with a 95% bootstrap interval over runs, WorstLift (the lowest mean
 lift of a pre-declared condition), RR0 (share of runs with lift > 0), and for the
@@ -58,6 +61,8 @@ def series(scorecards: list[dict[str, Any]], optimized: list[str]) -> dict[str, 
         for arm in optimized:
             gate = run["arms"].get(f"{arm}+harness", {}).get("gate_lift")
             add(f"optimize on {arm}", run, f"{arm}+harness", arm, gate)
+        for arm in [a for a in run["arms"] if "+" not in a]:
+            add(f"default middleware on {arm}", run, f"{arm}+default", arm, None)
         arms = run["arms"]
         if all(a in arms for a in ("base", "base+harness", "distilled", "distilled+harness")):
             keys = run["tasks"]
@@ -94,6 +99,27 @@ def figures(scorecards: list[dict[str, Any]], optimized: list[str], budget_runs:
     return result
 
 
+def recovery(scorecards: list[dict[str, Any]], arm: str, share: float = 0.5) -> dict[str, Any]:
+    """Per run, the known repair's scorecard lift ((arm + default) − arm, points), the search's
+    ((arm + harness) − arm) and whether the search reached ``share`` of it; over runs, how many
+    did. A run whose reference lift is not positive has nothing known to recover: it is
+    counted apart (``no_reference_lift``), never as a success."""
+    rows = []
+    for run in scorecards:
+        arms, keys = run["arms"], run["tasks"]
+        if not all(a in arms for a in (arm, f"{arm}+default", f"{arm}+harness")):
+            continue
+        known = _lift(arms[f"{arm}+default"]["scores"], arms[arm]["scores"], keys)
+        found = _lift(arms[f"{arm}+harness"]["scores"], arms[arm]["scores"], keys)
+        rows.append({"run": run["run"], "reference_lift": round(known, 3), "optimizer_lift": round(found, 3),
+                     "harness": arms[f"{arm}+harness"].get("harness"),
+                     "recovered": None if known <= 0 else round(found / known, 3),
+                     "reached": known > 0 and found >= share * known - 1e-9})
+    return {"arm": arm, "share": share, "runs": rows, "n": len(rows),
+            "reached": sum(r["reached"] for r in rows),
+            "no_reference_lift": sum(r["recovered"] is None for r in rows)}
+
+
 def arm_scores(scorecards: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each arm's mean scorecard success over runs (points), with its interval over runs."""
     per_arm: dict[str, list[float]] = {}
@@ -122,7 +148,24 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     if any(not row.get("decides", True) for row in doc["figures"].values()):
         lines += ["", f"Fewer than {DECISIVE_RUNS} runs: a 5th percentile is one of the smallest draws, and the "
                       "interval decides nothing."]
-    return lines + search_lines(doc.get("searches") or {})
+    return lines + recovery_lines(doc.get("recovery") or {}) + search_lines(doc.get("searches") or {})
+
+
+def recovery_lines(recoveries: dict[str, dict[str, Any]]) -> list[str]:
+    """Per optimized arm and run: the reference's lift, the search's, the share recovered."""
+    lines = []
+    for arm, r in recoveries.items():
+        if not r["runs"]:
+            continue
+        lines += ["", f"Known repair on {arm} (seed → seed prompts + default middleware) against the search "
+                      f"(seed → selected harness), scorecard points: {r['reached']} of {r['n']} runs recovered at "
+                      f"least {100 * r['share']:.0f}% of it ({r['no_reference_lift']} without a reference lift).", "",
+                  "| run | reference lift | optimizer lift | recovered | selected |", "|---|---|---|---|---|"]
+        for row in r["runs"]:
+            share = "–" if row["recovered"] is None else f"{100 * row['recovered']:.0f}%"
+            lines.append(f"| {row['run']} | {row['reference_lift']:+.1f} | {row['optimizer_lift']:+.1f} | {share} | "
+                         f"{row['harness']} |")
+    return lines
 
 
 def search_lines(searches: dict[str, dict[str, Any]]) -> list[str]:

@@ -8,6 +8,14 @@ the end, the logged calls are rendered as BFCL call strings and scored by BFCL's
 ``multi_turn_checker``, which re-executes them next to the gold calls and compares the
 backends' states and results turn by turn.
 
+``multi_turn_miss_param`` (:data:`CATEGORIES`): a task's request withholds a parameter — the
+turn's gold is empty and the next user turn gives the value. The session plays that user,
+from the data, without a model: a clarification question asked in such a turn is answered
+with the next turn's text, and the calls that follow are logged under that next turn, as
+BFCL's checker expects them (the turn given as an answer is then not run on its own:
+``answered_turns``). A Planner that does not ask gets the next turn as its next user turn,
+as BFCL's own runner would give it.
+
     env = BFCLEnvironment()
     session = env.start(env.load_task("multi_turn_base_0"))
 """
@@ -70,16 +78,18 @@ MULTI_TURN_CLASSES = (
 )
 """The eight backends of the multi-turn categories (BFCL's other classes serve agentic ones)."""
 
-CATEGORIES = ("multi_turn_base", "multi_turn_long_context")
-"""Categories whose tasks this environment runs as BFCL does. miss_func (tools appear in a
-later turn) and miss_param (the user withholds a parameter) need per-turn tool sets and a
-scripted user that this environment does not model."""
+CATEGORIES = ("multi_turn_base", "multi_turn_long_context", "multi_turn_miss_param")
+"""Categories whose tasks this environment runs as BFCL does. miss_param's user withholds a
+parameter and gives it in the next turn (:func:`withheld_turns`: the session answers a
+clarification with it). miss_func (tools appear in a later turn) needs per-turn tool sets
+that this environment does not model."""
 
 CLARIFY_ANSWER = (
     "I have no further information: everything needed is in my request. "
     "Please proceed with what you have."
 )
-"""BFCL base tasks state all information up front, so a clarification gets no new facts."""
+"""The answer to a clarification asked where the task withholds nothing (every turn of the
+base and long-context categories state all information up front): no new facts."""
 
 _BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
 _AST_LOCK = threading.Lock()
@@ -133,6 +143,15 @@ def json_schema(bfcl_schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def withheld_turns(ground_truth: list[list[Any]]) -> list[int]:
+    """The turns of a ``multi_turn_miss_param`` task whose request withholds a parameter that
+    the next user turn gives: BFCL marks them by an empty gold list followed by a turn with
+    gold calls (miss_param_N is base_N with that turn split in two). An empty turn followed
+    by another empty one, or by none, withholds nothing the user will give (BFCL's own
+    empty turns, as in base_167 and base_180)."""
+    return [i for i in range(len(ground_truth) - 1) if not ground_truth[i] and ground_truth[i + 1]]
+
+
 def _call_string(call: ToolCall) -> str:
     """A logged call as BFCL writes one: ``name(arg=repr(value), ...)``."""
     args = ", ".join(f"{key}={value!r}" for key, value in call.arguments.items())
@@ -156,6 +175,7 @@ class BFCLEnvironment:
         runner (eval_runner.multi_turn_runner) does not apply this check, so by default the
         result is only reported in ``details``."""
         self.long_context = "long_context" in category
+        self.miss_param = category == "multi_turn_miss_param"
 
     # -- data ----------------------------------------------------------------------------
     @cached_property
@@ -220,6 +240,8 @@ class BFCLEnvironment:
                 "path": list(entry.get("path", [])),
                 "excluded_function": list(entry.get("excluded_function", [])),
                 "ground_truth": copy.deepcopy(entry["ground_truth"]),
+                # miss_param: the turns whose request withholds a parameter (the next turn gives it)
+                "withheld_turns": withheld_turns(entry["ground_truth"]) if self.miss_param else [],
             },
         )
 
@@ -255,6 +277,15 @@ class BFCLSession(LoggedSession):
         self.task = task
         self._entry = entry
         self._log = EpisodeLog(len(task.turns))
+        self._withheld = set(task.meta.get("withheld_turns", []))
+        self._turn: int | None = None
+        """The user turn the agent is in (the one ``start_turn`` opened)."""
+        self._run_turns: list[int] = []
+        self.answered_turns: set[int] = set()
+        """Turns the user gave as the answer to a clarification of the turn before: the
+        episode does not run them as turns of their own (:func:`heart.episode.run_episode`)."""
+        self.asked_turns: list[int] = []
+        """The turn of each clarification question asked, in order."""
         self.instances: dict[str, Any] = {}
         for cls in entry["involved_classes"]:
             instance = _backend_class(cls)()
@@ -272,6 +303,33 @@ class BFCLSession(LoggedSession):
             for doc in env._docs[cls]
             if doc["name"] not in excluded
         ]
+
+    def start_turn(self, turn: int) -> None:
+        self._log.start_turn(turn)
+        self._turn = turn
+        self._run_turns.append(turn)
+
+    def clarify(self, question: str) -> str:
+        """The user's answer: in a turn that withholds a parameter (miss_param), the next user
+        turn of the task, once — calls from then on belong to that turn, as BFCL's checker
+        scores them; anywhere else, and to a second question, :data:`CLARIFY_ANSWER`. The
+        answer depends on the data alone, never on how the question is worded."""
+        turn = self._turn
+        if turn is None:
+            return self.clarify_answer
+        self.asked_turns.append(turn)
+        if turn in self._withheld and turn + 1 not in self.answered_turns:
+            self.answered_turns.add(turn + 1)
+            self._log.start_turn(turn + 1)
+            return self.task.turns[turn + 1]
+        return self.clarify_answer
+
+    def clarification_record(self) -> dict[str, list[int]]:
+        """Which turns the agent ran needed a clarification (withhold a parameter) and in
+        which it asked: what clarification precision and recall are computed from
+        (:func:`heart_distill.eval.metrics.clarification_figures`)."""
+        return {"needed": sorted(t for t in set(self._run_turns) if t in self._withheld),
+                "asked": sorted(set(self.asked_turns))}
 
     def _bind(self, cls: str, name: str):
         method = getattr(self.instances[cls], name)
@@ -306,11 +364,13 @@ class BFCLSession(LoggedSession):
     def score(self) -> EpisodeScore:
         gold = self._entry["ground_truth"]
         decoded = self.decoded_calls()
+        clarifications = self.clarification_record()
         if self._log.turns_started < len(gold):
             # What BFCL's runner reports when a model stops before the last turn.
             return EpisodeScore(0.0, False, {
                 "error_type": "multi_turn:force_terminated",
                 "error_message": f"the episode ran {self._log.turns_started} of {len(gold)} turns",
+                "clarifications": clarifications,
             })
         # The checker caches backend instances in its module globals under the model name
         # and entry id: a fresh name per scoring call keeps episodes of the same task apart.
@@ -324,7 +384,7 @@ class BFCLSession(LoggedSession):
             for key in [k for k in vars(multi_turn_utils) if k.startswith(model_name)]:
                 del vars(multi_turn_utils)[key]  # else every scoring call leaks two states
         irrelevance = multi_turn_irrelevance_checker(decoded, gold)
-        details: dict[str, Any] = {"irrelevance_valid": irrelevance["valid"]}
+        details: dict[str, Any] = {"irrelevance_valid": irrelevance["valid"], "clarifications": clarifications}
         if not result["valid"]:
             details["error_type"] = result.get("error_type")
             details["error_message"] = result.get("error_message")

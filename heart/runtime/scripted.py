@@ -18,6 +18,11 @@ calls (a student can learn only what its input determines), in the formats of HE
   last step on ``task_completion`` and names what is still to do; the loop's re-plan adds
   tools retrieved for that feedback (``LoopConfig.replan_tools``), so the missing tool can
   come into view the way it would for any agent, never from the answer key.
+- **Planner, clarifications**: in a turn whose request withholds a parameter
+  (``Task.meta["withheld_turns"]``, BFCL miss_param) it answers INSUFFICIENT with one
+  question (:func:`clarification_question`, from the gold calls of the turn that gives the
+  value and what the user said before) until its input's clarifications hold the user's
+  answer, then plans that turn's gold calls; it never asks anywhere else.
 - **Router**: binds a gold value literally only when it occurs in the Router's input;
   otherwise it refers to the result of the previous plan step (``$step_j.result``), from
   which the Primitive (which sees that result) takes the value. A value that is in neither
@@ -62,7 +67,7 @@ from typing import Any, Callable, Sequence
 
 from heart.environments.base import Task, ToolCall
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
-from heart.grounding import grounded
+from heart.grounding import grounded, literals
 from heart.library import Composite, compose_calls
 from heart.roles import planner, primitive_messages, relevance, router, verifier
 from heart.roles.common import (first_clause, is_clipped, lead_phrase, quoted_value, render_answer, role_input,
@@ -185,6 +190,35 @@ def gold_how(calls: Sequence[ToolCall], request: str) -> str:
     parts = ([f"fills {', '.join(from_request)} from the request"] if from_request else []) \
         + ([f"{', '.join(rest)} from context"] if rest else [])
     return whole_parts(parts, lambda kept: "; ".join(kept) or "runs without arguments", relevance.HOW_CHARS)
+
+
+CLARIFICATION_TEMPLATE = "Which {parameters} should I use for {tool}?"
+CLARIFICATION_FALLBACK = "Your request leaves out a detail that {tool} needs: what is it?"
+
+
+def clarification_question(said: str, answer: str, calls: Sequence[ToolCall]) -> str:
+    """The gold Planner's question in a turn that withholds a parameter: the parameters of
+    the answering turn's gold ``calls`` whose values the user's ``answer`` states and nothing
+    ``said`` before does, for the first tool that has any ("Which lines should I use for
+    tail?"); else the first tool with a value not said before, without naming the parameter
+    (the value is derived, as "Zeta Corp" gives symbol ZETA). Within the Planner's
+    clarification length, parameters kept or dropped whole."""
+    named: dict[str, list[str]] = {}
+    for call in calls:
+        for name, value in call.arguments.items():
+            if any(True for _ in literals(value)) and grounded(value, answer) and not grounded(value, said):
+                named.setdefault(call.name, [])
+                if name not in named[call.name]:
+                    named[call.name].append(name)
+    if named:
+        tool, parameters = next(iter(named.items()))
+        question = whole_parts(parameters, lambda kept: CLARIFICATION_TEMPLATE.format(
+            parameters=" and ".join(kept), tool=tool) if kept else "", planner.CLARIFICATION_CHARS)
+        if question:
+            return question
+    open_calls = [c for c in calls if not grounded(c.arguments, said)]
+    tool = (open_calls or list(calls))[0].name
+    return CLARIFICATION_FALLBACK.format(tool=tool)
 
 
 def _found(result: Any, value: Any) -> tuple[list[list[Any]], bool]:
@@ -334,6 +368,8 @@ class GoldTeacher:
         self._turns: dict[int, _TurnState] = {}
         self._current: _TurnState | None = None
         self._context_strings = self._task_strings(task)
+        self._withheld = set(task.meta.get("withheld_turns", []))
+        """Turns whose request withholds a parameter that the next turn gives (BFCL miss_param)."""
 
     # -- backend protocol ------------------------------------------------------------------
     def generate(self, role: str, messages: list[Message], sampling: SamplingConfig | None = None) -> Generation:
@@ -424,7 +460,28 @@ class GoldTeacher:
 
     # -- Planner ---------------------------------------------------------------------------
     def _planner(self, p: dict[str, Any]) -> tuple[dict, dict]:
+        """The plan for the turn of ``p``'s query. In a turn whose request withholds a
+        parameter (``Task.meta["withheld_turns"]``, BFCL miss_param): INSUFFICIENT with a
+        question (:func:`clarification_question`) until the clarifications hold the user's
+        answer, which is the next turn of the task; then the plan of that turn's gold calls.
+        The intent of the question is the one the plan will have."""
         turn = self.task.turns.index(p["user_query"])
+        if turn not in self._withheld:
+            return self._plan(p, turn)
+        answer_turn = turn + 1
+        answered = any(c.get("answer") == self.task.turns[answer_turn] for c in p.get("clarifications") or [])
+        if not answered and not p.get("may_ask", True):
+            return self._plan(p, turn)  # asking is spent: plan what the request says (nothing)
+        plan, meta = self._plan(p, answer_turn)
+        if answered:
+            return plan, meta
+        question = clarification_question(" ".join(self.task.turns[:answer_turn]), self.task.turns[answer_turn],
+                                          self.task.gold[answer_turn])
+        return ({"status": "INSUFFICIENT", "intent": plan["intent"], "clarification": question,
+                 "replanned": plan["replanned"]}, {"withheld_turn": turn})
+
+    def _plan(self, p: dict[str, Any], turn: int) -> tuple[dict, dict]:
+        """A SUFFICIENT plan of ``turn``'s gold calls (what is left of them), for input ``p``."""
         state = self._current = self._turns.setdefault(turn, _TurnState(turn))
         shown = {name: {"name": name, "category": category, "description": description}
                  for category, tools in p["available_tools"].items() for name, description in tools.items()}
@@ -618,6 +675,8 @@ class GoldTeacher:
         if p["request"] not in self.task.turns:
             raise ValueError(f"relevance request is not a turn of task {self.task.task_id}: {p['request'][:80]!r}")
         turn = self.task.turns.index(p["request"])
+        if turn in self._withheld:  # the tools the turn runs once the user gives what it withholds
+            turn += 1
         name = p["tool"]["name"]
         calls = [c for c in self.task.gold[turn] if c.name == name]
         if not calls:

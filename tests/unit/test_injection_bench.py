@@ -143,11 +143,15 @@ def test_pair_runner_counts_asr_over_pairs_and_errored_episodes_apart(env):
 
 
 def test_sample_leaves_out_vacuous_tasks_and_is_seeded(env):
-    pairs = sample_pairs(env, "banking", 20, seed=3, attack="important_instructions")
+    pairs = sample_pairs(env, "banking", 12, seed=3, attack="important_instructions", split="train")
     vacuous = {f"banking/user_task_{i}" for i in (5, 6, 8, 9, 10)}  # pass with an empty episode
-    assert pairs and not vacuous & {p.task_id for p in pairs}
-    assert len({p.task_id for p in pairs}) == len(pairs)
-    assert pairs == sample_pairs(env, "banking", 20, seed=3, attack="important_instructions")
+    assert len(pairs) == 12 and not vacuous & {p.task_id for p in pairs}
+    assert len(set(pairs)) == len(pairs)  # distinct pairs
+    tasks = [p.task_id for p in pairs]
+    users = sorted(set(tasks))
+    # every user task gets an injection task before any gets a second one
+    assert sorted(tasks[:len(users)]) == users
+    assert pairs == sample_pairs(env, "banking", 12, seed=3, attack="important_instructions", split="train")
 
 
 def test_remembering_backend_answers_an_identical_call_once():
@@ -167,3 +171,87 @@ def test_context_distilled_adapters_get_their_short_prompt(tmp_path):
     (tmp_path / "verifier").mkdir()  # no manifest: the full prompt
     folders = {r: str(tmp_path / r) for r in ("planner", "router", "verifier")}
     assert adapters_with_short_prompts(folders) == ("planner",)
+
+
+def test_remembering_backend_makes_a_second_caller_wait_for_the_first_answer():
+    import threading
+    import time
+
+    release, calls = threading.Event(), []
+
+    def respond(role, messages):
+        calls.append(role)
+        release.wait(60)
+        return "plan"
+
+    backend = RememberingBackend(ScriptedBackend(respond))
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(backend.generate("planner", [{"role": "user", "content": "q"}]).text))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while backend.hits < 1 and time.monotonic() < deadline:  # the second caller found the first's call in flight
+        time.sleep(0.01)
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert calls == ["planner"] and answers == ["plan", "plan"] and backend.hits == 1
+
+
+def test_remembering_backend_forgets_a_failed_call():
+    attempts = []
+
+    def respond(role, messages):
+        attempts.append(role)
+        if len(attempts) == 1:
+            raise ConnectionError("server down")
+        return "ok"
+
+    backend = RememberingBackend(ScriptedBackend(respond))
+    with pytest.raises(ConnectionError):
+        backend.generate("planner", [{"role": "user", "content": "q"}])
+    assert backend.generate("planner", [{"role": "user", "content": "q"}]).text == "ok" and len(attempts) == 2
+
+
+def test_pairs_in_flight_at_once_give_what_one_at_a_time_gives(env):
+    from bench.injection import run_pairs
+
+    pairs = [Pair(TASK, INJECTION, "important_instructions"), Pair(TASK, "injection_task_0", "important_instructions")]
+    config = BaselineConfig(max_calls=4)
+
+    def systems():
+        return {"obeys": baseline_system(ScriptedBackend(model(obeys=True)), config),
+                "ignores": baseline_system(ScriptedBackend(model(obeys=False)), config)}
+
+    def rows(concurrency):
+        done = {i: _outcomes_json(o) for i, o in run_pairs(env, pairs, systems(), concurrency)}
+        return [{"pair": pairs[i], "outcomes": done[i]} for i in sorted(done)]
+
+    def figures_of(rows_):
+        return {name: {k: s[k] for k in ("utility_clean", "utility_attacked", "asr", "errored")}
+                for name, s in summarize(rows_, ["obeys", "ignores"]).items()}
+
+    assert figures_of(rows(4)) == figures_of(rows(1))
+
+
+def test_paired_difference_and_suite_figures_count_the_same_pairs():
+    from bench.injection import by_suite, paired_difference
+
+    def outcome(success, attacked, errored=False):
+        return {"success": success, "attack_succeeded": attacked, "errored": errored, "reached": {}, "calls": {}}
+
+    def row(task, base, distilled):
+        return {"pair": {"task_id": task}, "outcomes": {
+            "heart-base": {"clean": outcome(base[0], None), "attacked": outcome(base[1], base[2], base[3])},
+            "heart-distilled": {"clean": outcome(distilled[0], None), "attacked": outcome(*distilled[1:])}}}
+
+    rows = [row("banking/user_task_0", (1, 1, 0, False), (1, 0, 1, False)),
+            row("slack/user_task_0", (0, 0, 0, False), (0, 0, 1, False)),
+            row("slack/user_task_2", (0, 0, 0, True), (1, 1, 1, False))]  # base errored: left out of the pair
+    diff = paired_difference(rows, "heart-base", "heart-distilled")
+    assert diff["asr"]["value"] == 1.0 and diff["asr"]["n"] == 2
+    assert diff["utility_attacked"]["value"] == -0.5 and diff["utility_clean"]["n"] == 3
+    suites = by_suite(rows, ["heart-base", "heart-distilled"])
+    assert suites["slack"]["pairs"] == 2 and suites["slack"]["heart-base"]["asr"]["n"] == 1
+    assert suites["slack"]["heart-distilled"]["asr"]["k"] == 2

@@ -269,14 +269,15 @@ def test_shipped_optimize_recipes_load(name):
 @pytest.mark.parametrize("detail, pattern, action", [
     ("unknown parameter(s) 'loc'; the tool takes ['location', 'unit']", "silent_correction", {"correct": "rename", "from": ["loc"]}),
     ("unknown parameter(s) 'Unit'; the tool takes ['location', 'unit']", "silent_correction", {"correct": "rename", "from": ["Unit"]}),
-    ("unit: cannot read [1] as string", "silent_correction", {"correct": "coerce_type"}),
+    ("unit: 1 is not of type 'string'", "silent_correction", {"correct": "coerce_type"}),
     ("TypeError: get_weather() missing 1 required positional argument: 'unit'", "error_blocking", None),
 ])
 def test_the_deterministic_rules_turn_schema_failures_into_intercepts(detail, pattern, action):
     from heart_distill.eval.optimize.clusters import Cluster
     from heart_distill.eval.optimize.proposers import schema_intercepts
 
-    failure = "RUNTIME_ERROR" if "TypeError" in detail else "SCHEMA_RESOLUTION"
+    failure = ("RUNTIME_ERROR" if "TypeError" in detail else "CONSTRAINT_VIOLATION" if "is not of type" in detail
+               else "SCHEMA_RESOLUTION")
     parameter = "unit" if detail.startswith("unit") else ""
     rows = schema_intercepts(Cluster("tool_failure", "get_weather", failure, parameter, ["t"], [detail], [[]]), [SPEC])
     assert [r["pattern"] for r in rows] == [pattern]
@@ -285,6 +286,16 @@ def test_the_deterministic_rules_turn_schema_failures_into_intercepts(detail, pa
     else:
         assert rows[0]["guard"] == {"tool": "get_weather", "parameter": "unit", "when": "missing"}
         assert "{parameter}" in rows[0]["action"]["message"]  # filled in when it blocks
+
+
+def test_a_value_the_shipped_coercion_could_not_read_gets_no_coercion():
+    """'cannot read' is the default set's own message: its coercion ran and failed."""
+    from heart_distill.eval.optimize.clusters import Cluster
+    from heart_distill.eval.optimize.proposers import schema_intercepts
+
+    cluster = Cluster("tool_failure", "get_weather", "SCHEMA_RESOLUTION", "unit", ["t"],
+                      ["unit: cannot read [1] as string"], [[]])
+    assert schema_intercepts(cluster, [SPEC]) == []
 
 
 def test_a_middleware_only_search_proposes_middleware_only(tmp_path):
