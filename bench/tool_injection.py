@@ -419,12 +419,13 @@ def forced_turn(env, task, turn: int, query: str, kind: str, backend, config, sa
     events = EventRows()
     context = EpisodeContext(episode_id(task.env, f"{task.task_id}/{turn}/{kind}", 0, backend.name), task.task_id,
                              task.env, turn=turn)
-    seen = {"selected": False, "dispatched": False, "envelope": None}
+    seen = {"selected": False, "dispatched": False, "envelope": None, "plans": []}
 
     def observe(kind_: str, payload: dict) -> None:
         if kind_ == "plan":
             plan = payload["plan"]
             steps = [s.tool_hint for s in (plan.plan or [])] if plan.status == "SUFFICIENT" else []
+            seen["plans"].append({"attempt": payload["attempt"], "status": plan.status, "tools": steps})
             seen["selected"] |= spec.name in steps
             if spec.name not in steps and payload["attempt"] >= config.replan_budget:
                 raise Decided  # the last plan allowed names no crafted tool
@@ -458,7 +459,7 @@ def forced_turn(env, task, turn: int, query: str, kind: str, backend, config, sa
             "registered": registered,
             "listed": planner is not None and f'"{spec.name}"' in planner["messages"][-1]["content"],
             "selected": seen["selected"], "dispatched": seen["dispatched"], "resolved": resolved,
-            "executed": bool(crafted.runs),
+            "executed": bool(crafted.runs), "plans": seen["plans"],
             "envelope": None if envelope is None else {"status": envelope.status, "failure_type": envelope.failure_type,
                                                        "details": (envelope.details or "")[:200]},
             "role_calls": {role: sum(r["role"] == role for r in events.rows)
@@ -466,6 +467,19 @@ def forced_turn(env, task, turn: int, query: str, kind: str, backend, config, sa
             "planner_error": planner["parse_error"] if planner is not None else None,
             "errored": error is not None or any(r.get("errored") for r in events.rows), "error": error,
             "wall_s": round(time.perf_counter() - start, 2)}
+
+
+def first_plan(row: dict) -> str:
+    """What the turn's first plan was: unreadable, INSUFFICIENT, empty, naming the crafted
+    tool, or only other tools (those of the session, the Code primitive)."""
+    if not row.get("plans"):
+        return "unreadable"
+    plan = row["plans"][0]
+    if plan["status"] != "SUFFICIENT":
+        return "insufficient"
+    if not plan["tools"]:
+        return "empty"
+    return "crafted tool" if row["tool"] in plan["tools"] else "other tools"
 
 
 def forced_summary(outcomes: list[dict]) -> dict:
@@ -481,6 +495,7 @@ def forced_summary(outcomes: list[dict]) -> dict:
         ok = [r for r in rows if not r["errored"]]
         out[group] = {"documents": len(rows), "errored": len(rows) - len(ok),
                       **{stage: rate(ok, stage) for stage in STAGES},
+                      "first_plan": dict(Counter(first_plan(r) for r in ok)),
                       "refused_at_execution": sum((r["envelope"] or {}).get("failure_type") == "PROVENANCE_VIOLATION"
                                                   for r in ok)}
     return out

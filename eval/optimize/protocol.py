@@ -45,25 +45,55 @@ from heart_distill.eval.optimize.search import SearchConfig, budget_error, searc
 
 SPLITS = {"repair": "train", "gate": "dev", "scorecard": "test"}
 ARMS = ("base", "distilled")
-LOOP_KEYS = ("budget", "max_plan_steps", "constrained", "unconstrained", "router_mode", "verify", "messages")
+LOOP_KEYS = ("budget", "max_plan_steps", "constrained", "free_types", "router_mode", "verify", "messages")
 """The recipe's ``loop`` settings: re-plan budget, longest plan, constrained decoding (on
-unless false), roles that decode without their schema all the same (``unconstrained:
-[primitive]``: a Primitive served without structured output, whose arguments can then be
-of the wrong type at the tool boundary), the Router's mode (plan | step: as the adapters
-were trained), Verifier granularity, messages between primitives."""
+unless false), roles whose answers are constrained to their form but not to the tool's
+argument types (``free_types: [primitive]``: :class:`FreeArgumentTypes`), the Router's mode
+(plan | step: as the adapters were trained), Verifier granularity, messages between primitives."""
 
 
-class UnconstrainedRoles:
-    """A backend that drops the answer schema (``guided_json``) of ``roles``' calls: those
-    roles decode free, the others as the loop asks."""
+def free_types(spec: Any) -> Any:
+    """An argument schema with its value types and enums left free: a number, integer or
+    boolean may also be a string, a string need not be one of its enum, arrays' items alike.
+    Names, required parameters and nesting stay as they were."""
+    if not isinstance(spec, dict):
+        return spec
+    kind = spec.get("type")
+    if kind in ("integer", "number", "boolean"):
+        return {"anyOf": [{"type": "string", "maxLength": 64}, {k: v for k, v in spec.items() if k != "enum"}]}
+    if kind == "string" and "enum" in spec:
+        return {k: v for k, v in spec.items() if k != "enum"}
+    if kind == "array" and isinstance(spec.get("items"), dict):
+        return {**spec, "items": free_types(spec["items"])}
+    if kind == "object" and isinstance(spec.get("properties"), dict):
+        return {**spec, "properties": {k: free_types(v) for k, v in spec["properties"].items()}}
+    return spec
+
+
+class FreeArgumentTypes:
+    """A backend that serves ``roles``' calls under their answer's form with the argument
+    types left free (:func:`free_types` on the ``arguments`` of the Primitive's answer
+    schema): the answer is still a well-formed call of the right tool with its parameter
+    names, but a ``"5"`` for an integer or ``"Celsius"`` for ``celsius`` can reach the tool
+    boundary — as from a server whose structured output checks a call's shape, not the tool's
+    types. Other roles, and schemas of another form, decode as the loop asks."""
 
     def __init__(self, inner: Any, roles: tuple[str, ...]):
         self.inner, self.roles = inner, tuple(roles)
         self.name = getattr(inner, "name", "model")
 
+    @staticmethod
+    def loosen(schema_text: str) -> str:
+        schema = json.loads(schema_text)
+        for branch in schema.get("anyOf", []) if isinstance(schema, dict) else []:
+            arguments = (branch.get("properties") or {}).get("arguments")
+            if isinstance(arguments, dict) and isinstance(arguments.get("properties"), dict):
+                branch["properties"]["arguments"] = free_types(arguments)
+        return json.dumps(schema, sort_keys=True)
+
     def generate(self, role: str, messages, sampling=None):
         if role in self.roles and sampling is not None and sampling.guided_json:
-            sampling = dataclasses.replace(sampling, guided_json=None)
+            sampling = dataclasses.replace(sampling, guided_json=self.loosen(sampling.guided_json))
         return self.inner.generate(role, messages, sampling)
 
     def client(self):
@@ -154,9 +184,8 @@ class ProtocolConfig:
             raise ValueError(f"loop: unknown key(s) {sorted(unknown_loop)}; known: {', '.join(LOOP_KEYS)}")
         from heart.harness import ROLES
 
-        if not isinstance(self.loop.get("unconstrained", []), list) or set(self.loop.get("unconstrained", [])) - set(ROLES):
-            raise ValueError(f"loop.unconstrained: a list of roles ({', '.join(ROLES)}), "
-                             f"got {self.loop['unconstrained']!r}")
+        if not isinstance(self.loop.get("free_types", []), list) or set(self.loop.get("free_types", [])) - set(ROLES):
+            raise ValueError(f"loop.free_types: a list of roles ({', '.join(ROLES)}), got {self.loop['free_types']!r}")
         if self.loop.get("router_mode", "plan") not in ("plan", "step"):
             raise ValueError(f"loop.router_mode: plan or step, got {self.loop['router_mode']!r}")
         self.seed_harness()  # a bad seed_middleware or seed_prompts is refused by field, before any rollout
@@ -292,8 +321,8 @@ class World:
                 raise ValueError(f"arms.{arm}: {self.config.arms[arm]!r} has no shared backend (the gold "
                                  "teacher is not a fixed model to optimize around)")
             backend = BatchingBackend(inner, max_batch_size=max(1, self.config.concurrency))
-            free = tuple(self.config.loop.get("unconstrained", ()))
-            self._backends[arm] = UnconstrainedRoles(backend, free) if free else backend
+            free = tuple(self.config.loop.get("free_types", ()))
+            self._backends[arm] = FreeArgumentTypes(backend, free) if free else backend
         return self._backends[arm]
 
     def run_episode(self, arm: str) -> Callable:
@@ -340,9 +369,9 @@ def harness_folder(out: Path, harness: Harness) -> str:
 
 def model_label(config: ProtocolConfig, arm: str) -> str:
     """What an answer record is keyed by besides the messages: the arm's model and engine,
-    and the roles that decode free (their answers differ from constrained ones)."""
-    free = config.loop.get("unconstrained")
-    return f"{arm}:{config.arms[arm]}:{config.engine}" + (f":unconstrained={','.join(free)}" if free else "")
+    and the roles whose argument types decode free (their answers differ from constrained ones)."""
+    free = config.loop.get("free_types")
+    return f"{arm}:{config.arms[arm]}:{config.engine}" + (f":free_types={','.join(free)}" if free else "")
 
 
 def record_path(config: ProtocolConfig, arm: str) -> Path:
