@@ -101,6 +101,7 @@ def report(config: Any, argv: list[str] | None = None) -> dict[str, Any]:
     from heart_distill.eval.provenance import provenance
 
     out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
     scorecards = [json.loads((out / "scorecard" / f"{rid}.json").read_text()) for rid in config.run_ids()
                   if (out / "scorecard" / f"{rid}.json").is_file()]
     logs = {}

@@ -53,6 +53,9 @@ PROMPT_HINTS: dict[tuple[str, str], tuple[str, str]] = {
 }
 """(failure kind, role or "*") → (role whose prompt gets the hint, the hint)."""
 
+PROPOSED_SET = "optimized"
+"""The name of every proposed intercept set (recorded per application as ``optimized@1``)."""
+
 _UNKNOWN = re.compile(r"unknown parameter\(s\) (.+?); the tool takes \[(.*)\]")
 _QUOTED = re.compile(r"'([^']+)'")
 _MISSING_ARG = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: '(\w+)'")
@@ -94,7 +97,9 @@ def with_edits(parent: Harness, name: str, intercepts: list[dict[str, Any]] | No
         rows = intercepts_of(parent)
         seen = {r["id"] for r in rows}
         rows += [r for r in intercepts if r["id"] not in seen]
-        doc = {"format": MIDDLEWARE_FORMAT, "name": name, "version": 1,
+        # one set name for every candidate: two candidates with the same intercepts are the
+        # same harness (Harness.fingerprint hashes this text), whatever their ids
+        doc = {"format": MIDDLEWARE_FORMAT, "name": PROPOSED_SET, "version": 1,
                "description": "Proposed by heart optimize.", "intercepts": rows}
         parse_middleware(doc, f"{name}/middleware.yaml", catalog)
         text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
@@ -129,9 +134,9 @@ def schema_intercepts(c: Cluster, catalog: list[Any], parent: list[dict[str, Any
       a tool of the same class that lists (``ls``, ``find``, ``get_…``) or logs in.
 
     Type and case corrections follow the schema, not the tool: they are proposed for every
-    tool (``tool: "*"``, ``parameter: "*"``), restricted to the JSON type that failed
-    (``schema_type(integer)``), so a repair learned on the repair tasks' tools reaches the
-    other tasks' tools. An intercept the parent's set (``parent``: its intercept rows) already
+    tool, parameter and type (:data:`COERCE`, :data:`CASEFOLD`), so a repair learned on the
+    repair tasks' tools reaches the other tasks' tools; neither changes a value it cannot read
+    as the schema's own. Reasons name no case, so the same rule found twice is the same harness. An intercept the parent's set (``parent``: its intercept rows) already
     has (the same id) is not proposed again: the failure happened under it."""
     tools = catalog_index(catalog)
     schema = tools.get(c.where)
@@ -152,28 +157,15 @@ def schema_intercepts(c: Cluster, catalog: list[Any], parent: list[dict[str, Any
                     out.append({"id": f"rename-{c.where}-{wrong}-{target}", "pattern": "silent_correction",
                                 "guard": {"tool": c.where, "parameter": target, "when": "missing"},
                                 "action": {"correct": "rename", "from": [wrong]},
-                                "reason": f"The model calls {c.where} with {wrong!r} for {target!r} "
-                                          f"(cluster {c.id}, {len(c.cases)} case(s))."})
+                                "reason": f"The model calls {c.where} with {wrong!r} for {target!r}."})
         elif typed and c.type == "CONSTRAINT_VIOLATION":
             path, value_text, kind = typed.group(1), typed.group(2), typed.group(3)
             name = path.split(".")[0]
             spec = schema["properties"].get(name) if name in params else None
             if spec is not None and _coercible(value_text, _spec_at(spec, path.split(".")[1:]), kind):
-                top = spec.get("type") if isinstance(spec.get("type"), str) else None
-                out.append({"id": f"coerce-{top or 'any'}", "pattern": "silent_correction",
-                            "guard": {"tool": "*", "parameter": "*",
-                                      "when": f"schema_type({top}) and type_mismatch" if top else "type_mismatch"},
-                            "action": {"correct": "coerce_type"},
-                            "reason": f"{c.where}.{path} arrived as {value_text[:60]} for a {kind}, which reads "
-                                      f"unambiguously as one (cluster {c.id}, {len(c.cases)} case(s)); the type "
-                                      "comes from the schema, so the correction applies to every tool."})
+                out.append(COERCE)
         elif enum and c.parameter in params and _casefold_matches(enum.group(2), enum.group(3)):
-            out.append({"id": "enum-casefold", "pattern": "silent_correction",
-                        "guard": {"tool": "*", "parameter": "*", "when": "not_in_enum"},
-                        "action": {"correct": "enum_casefold"},
-                        "reason": f"{c.where}.{c.parameter} arrived as {enum.group(2)[:60]}, one of its enum's "
-                                  f"options in another case (cluster {c.id}); the options come from the schema, "
-                                  "so the correction applies to every tool."})
+            out.append(CASEFOLD)
         for missing in _MISSING_ARG.findall(detail):  # the tool raised: its schema calls it optional
             if missing in params:
                 description = schema["properties"][missing].get("description", "")
@@ -183,7 +175,7 @@ def schema_intercepts(c: Cluster, catalog: list[Any], parent: list[dict[str, Any
                                                   "call it again with that argument",
                                        "failure_type": "SCHEMA_RESOLUTION"},
                             "reason": f"{c.where} fails without {missing!r} although its schema does not "
-                                      f"require it (cluster {c.id})."})
+                                      "require it."})
         if c.type == "RUNTIME_ERROR" and PREREQUISITE.search(detail):
             row = prerequisite_intercept(c, detail, arguments, catalog)
             if row is not None and not any(r.get("id") == row["id"] for r in rows):
@@ -191,6 +183,20 @@ def schema_intercepts(c: Cluster, catalog: list[Any], parent: list[dict[str, Any
     unique = {row["id"]: row for row in out if not any(r.get("id") == row["id"] for r in rows)}
     return list(unique.values())
 
+
+COERCE = {"id": "coerce-to-schema-type", "pattern": "silent_correction",
+          "guard": {"tool": "*", "parameter": "*", "when": "type_mismatch"}, "action": {"correct": "coerce_type"},
+          "reason": "Values arrive as another JSON type than the schema's ('5' for an integer) and read "
+                    "unambiguously as it; the type comes from the schema, so the correction applies to every tool "
+                    "(a value it cannot read fails as before)."}
+"""The coercion a type failure proposes: every tool and type, as the evidence is about how values
+are written, not about one parameter; safe where it does not apply (it changes only values that
+do not conform, and only when they read as the schema's type)."""
+CASEFOLD = {"id": "enum-casefold", "pattern": "silent_correction",
+            "guard": {"tool": "*", "parameter": "*", "when": "not_in_enum"}, "action": {"correct": "enum_casefold"},
+            "reason": "Enum values arrive in another case than their option ('CELSIUS' for 'celsius'); the options "
+                      "come from the schema, so the correction applies to every tool (a value matching no option "
+                      "fails as before)."}
 
 _NOT_OF_TYPE = re.compile(r"^([A-Za-z_][\w]*(?:\.\w+)*): (.+) is not of type '(\w+)'")
 """jsonschema's type message as :func:`heart.primitives.bind_arguments` reports it: path, the
@@ -279,8 +285,9 @@ def prerequisite_intercept(c: Cluster, detail: str, arguments: dict[str, Any],
                       "when": f"present and not prior_call(tool={'|'.join(providers)})"},
             "action": {"message": f"{{tool}} needs {what}: call {' or '.join(providers[:4])} first in this turn, "
                                   "then call {tool} again"},
-            "reason": f"{c.where} raised {detail[:100]!r} (cluster {c.id}, {len(c.cases)} case(s)): the call needs "
-                      f"what an earlier call of {', '.join(providers[:4])} provides."}
+            "reason": f"{c.where} raises when what it acts on was not provided yet (a missing file or id, or no "
+                      f"logged-in session): the call needs what an earlier call of {', '.join(providers[:4])} "
+                      "provides."}
 
 
 def _closest(wrong: str, params: list[str]) -> str | None:
@@ -304,10 +311,21 @@ class DeterministicProposer:
     """Edits from rules, no model (module docstring)."""
 
     name = "deterministic"
+    exhaustive = True
+    """Asking costs nothing: the search asks about the slot's next cluster when one has no
+    rule or repeats a tried harness (:func:`heart_distill.eval.optimize.search._propose`)."""
 
     def propose(self, parent: Harness, slot: str, cluster: Cluster, catalog: list[Any], name: str,
-                rng: random.Random) -> Proposal:
-        intercepts = schema_intercepts(cluster, catalog, intercepts_of(parent)) if slot in ("middleware", "joint") else []
+                rng: random.Random, others: list[Cluster] | None = None) -> Proposal:
+        """``others``: the slot's other clusters — in the middleware slot their silent corrections
+        join the target's (each fires only where its own evidence holds, so together they repair
+        what each repairs); the search asks with them first, then cluster by cluster."""
+        rows = intercepts_of(parent)
+        intercepts = schema_intercepts(cluster, catalog, rows) if slot in ("middleware", "joint") else []
+        if slot == "middleware" and others:
+            for other in others:
+                intercepts += [r for r in schema_intercepts(other, catalog, rows)
+                               if r["pattern"] == "silent_correction" and r["id"] not in {i["id"] for i in intercepts}]
         hint = prompt_hint(cluster) if slot in ("prompt", "joint") else None
         if not intercepts and hint is None:
             return Proposal(None, f"no {slot} rule for cluster {cluster.id}")
@@ -315,9 +333,11 @@ class DeterministicProposer:
             harness = with_edits(parent, name, intercepts, [hint] if hint else None, catalog)
         except (MiddlewareError, HarnessError) as err:
             return Proposal(None, error=str(err))
-        return Proposal(harness, f"{slot} for {cluster.id}: " + ", ".join(
-            [r["id"] for r in intercepts] + ([f"{hint[0]} hint"] if hint else [])),
-            intercepts_added=[r["id"] for r in intercepts])
+        evidence = "; ".join(f"{c.where}: {c.details[0][:80]}" for c in [cluster, *(others or [])] if c.details)[:400]
+        return Proposal(harness, f"{slot} for {cluster.id}" + (f" and {len(others)} more cluster(s)" if others else "")
+                        + ": " + ", ".join([r["id"] for r in intercepts] + ([f"{hint[0]} hint"] if hint else []))
+                        + (f" (evidence: {evidence})" if intercepts else ""),
+                        intercepts_added=[r["id"] for r in intercepts])
 
 
 PROPOSER_SYSTEM = """You improve the harness around a fixed tool-using model (PRISM): you never retrain it. A harness is (1) text appended to a role's system prompt (roles: planner, router, primitive, verifier) and (2) tool-boundary intercepts in exactly three patterns: silent_correction (action.correct: rename with from: [wrong names], coerce_type, json_unwrap, enum_casefold), error_blocking (action.message: an actionable message returned before the call), prerequisite_blocking (guard.when must use prior_call(tool=NAME[, field=PATH]); action.message). Each intercept: {"id", "pattern", "guard": {"tool", "parameter", "when"}, "action", "reason"}; "when" uses missing, present, is_string_json, type_mismatch, not_in_enum, schema_type(...), matches('REGEX'), prior_call(...), combined with and/or/not. Answer with one JSON object only: {"rationale": "...", "prompts": {"ROLE": "text to append"}, "intercepts": [...]}. Edit only what the slot allows: slot "prompt": prompts only; "middleware": intercepts only; "joint": both."""

@@ -27,6 +27,7 @@ it, and nothing else is part of every arm.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -45,55 +46,71 @@ from heart_distill.eval.optimize.search import SearchConfig, budget_error, searc
 
 SPLITS = {"repair": "train", "gate": "dev", "scorecard": "test"}
 ARMS = ("base", "distilled")
-LOOP_KEYS = ("budget", "max_plan_steps", "constrained", "free_types", "router_mode", "verify", "messages")
+LOOP_KEYS = ("budget", "max_plan_steps", "constrained", "argument_types", "router_mode", "verify", "messages")
 """The recipe's ``loop`` settings: re-plan budget, longest plan, constrained decoding (on
-unless false), roles whose answers are constrained to their form but not to the tool's
-argument types (``free_types: [primitive]``: :class:`FreeArgumentTypes`), the Router's mode
+unless false), how a role's answer schema types the tool's arguments
+(``argument_types: {primitive: free | string}``: :class:`ArgumentTypes`), the Router's mode
 (plan | step: as the adapters were trained), Verifier granularity, messages between primitives."""
 
+ARGUMENT_TYPES = ("free", "string")
 
-def free_types(spec: Any) -> Any:
-    """An argument schema with its value types and enums left free: a number, integer or
-    boolean may also be a string, a string need not be one of its enum, arrays' items alike.
-    Names, required parameters and nesting stay as they were."""
+
+def retype(spec: Any, mode: str) -> Any:
+    """An argument schema whose scalar value types are changed, names, required parameters
+    and nesting kept (arrays' items and objects' properties alike):
+
+    - ``free``: a number, integer or boolean may also be a string, a string may leave its enum;
+    - ``string``: what a tool-spec converter that writes scalars as text serves — an integer
+      or number is a numeric string (``"36"``, ``"2.5"``), a boolean ``"true"`` / ``"false"``,
+      a string enum's options upper-cased (``"CELSIUS"``). Every such value is one the default
+      middleware's ``coerce_type`` / ``enum_casefold`` read back as the tool's own."""
     if not isinstance(spec, dict):
         return spec
     kind = spec.get("type")
     if kind in ("integer", "number", "boolean"):
-        return {"anyOf": [{"type": "string", "maxLength": 64}, {k: v for k, v in spec.items() if k != "enum"}]}
-    if kind == "string" and "enum" in spec:
-        return {k: v for k, v in spec.items() if k != "enum"}
+        if mode == "free":
+            return {"anyOf": [{"type": "string", "maxLength": 64}, {k: v for k, v in spec.items() if k != "enum"}]}
+        if kind == "boolean":
+            return {"type": "string", "enum": ["true", "false"]}
+        fraction = r"(\.[0-9]{1,8})?" if kind == "number" else ""
+        return {"type": "string", "pattern": f"^-?[0-9]{{1,12}}{fraction}$"}
+    if kind == "string" and isinstance(spec.get("enum"), list):
+        if mode == "free":
+            return {k: v for k, v in spec.items() if k != "enum"}
+        return {**spec, "enum": [o.upper() if isinstance(o, str) else o for o in spec["enum"]]}
     if kind == "array" and isinstance(spec.get("items"), dict):
-        return {**spec, "items": free_types(spec["items"])}
+        return {**spec, "items": retype(spec["items"], mode)}
     if kind == "object" and isinstance(spec.get("properties"), dict):
-        return {**spec, "properties": {k: free_types(v) for k, v in spec["properties"].items()}}
+        return {**spec, "properties": {k: retype(v, mode) for k, v in spec["properties"].items()}}
     return spec
 
 
-class FreeArgumentTypes:
-    """A backend that serves ``roles``' calls under their answer's form with the argument
-    types left free (:func:`free_types` on the ``arguments`` of the Primitive's answer
+class ArgumentTypes:
+    """A backend that serves some roles' calls under their answer schema with the tool's
+    argument types changed (:func:`retype` on the ``arguments`` of the Primitive's answer
     schema): the answer is still a well-formed call of the right tool with its parameter
-    names, but a ``"5"`` for an integer or ``"Celsius"`` for ``celsius`` can reach the tool
-    boundary — as from a server whose structured output checks a call's shape, not the tool's
-    types. Other roles, and schemas of another form, decode as the loop asks."""
+    names, but a ``"5"`` for an integer can reach the tool boundary — as from a server whose
+    structured output checks a call's shape and not the tool's types (``free``), or one fed a
+    tool spec that writes scalars as text (``string``: a planted defect, which the default
+    middleware's coercion and enum casefold repair). Other roles, and schemas of another form, decode
+    as the loop asks."""
 
-    def __init__(self, inner: Any, roles: tuple[str, ...]):
-        self.inner, self.roles = inner, tuple(roles)
+    def __init__(self, inner: Any, modes: dict[str, str]):
+        self.inner, self.modes = inner, dict(modes)
         self.name = getattr(inner, "name", "model")
 
     @staticmethod
-    def loosen(schema_text: str) -> str:
+    def retyped(schema_text: str, mode: str) -> str:
         schema = json.loads(schema_text)
         for branch in schema.get("anyOf", []) if isinstance(schema, dict) else []:
             arguments = (branch.get("properties") or {}).get("arguments")
             if isinstance(arguments, dict) and isinstance(arguments.get("properties"), dict):
-                branch["properties"]["arguments"] = free_types(arguments)
+                branch["properties"]["arguments"] = retype(arguments, mode)
         return json.dumps(schema, sort_keys=True)
 
     def generate(self, role: str, messages, sampling=None):
-        if role in self.roles and sampling is not None and sampling.guided_json:
-            sampling = dataclasses.replace(sampling, guided_json=self.loosen(sampling.guided_json))
+        if role in self.modes and sampling is not None and sampling.guided_json:
+            sampling = dataclasses.replace(sampling, guided_json=self.retyped(sampling.guided_json, self.modes[role]))
         return self.inner.generate(role, messages, sampling)
 
     def client(self):
@@ -184,8 +201,10 @@ class ProtocolConfig:
             raise ValueError(f"loop: unknown key(s) {sorted(unknown_loop)}; known: {', '.join(LOOP_KEYS)}")
         from heart.harness import ROLES
 
-        if not isinstance(self.loop.get("free_types", []), list) or set(self.loop.get("free_types", [])) - set(ROLES):
-            raise ValueError(f"loop.free_types: a list of roles ({', '.join(ROLES)}), got {self.loop['free_types']!r}")
+        types = self.loop.get("argument_types", {})
+        if not isinstance(types, dict) or set(types) - set(ROLES) or set(types.values()) - set(ARGUMENT_TYPES):
+            raise ValueError(f"loop.argument_types: role → {' | '.join(ARGUMENT_TYPES)} (roles: {', '.join(ROLES)}), "
+                             f"got {types!r}")
         if self.loop.get("router_mode", "plan") not in ("plan", "step"):
             raise ValueError(f"loop.router_mode: plan or step, got {self.loop['router_mode']!r}")
         self.seed_harness()  # a bad seed_middleware or seed_prompts is refused by field, before any rollout
@@ -308,7 +327,8 @@ class World:
         if arm not in self._models:
             from heart_distill.eval.models import resolve_role_models
 
-            self._models[arm] = resolve_role_models(self.config.arms[arm], self.config.model)
+            spec = self.config.arms[arm]
+            self._models[arm] = resolve_role_models(spec.removeprefix(GOLD_CONTEXT), self.config.model)
         return self._models[arm]
 
     def backend(self, arm: str):
@@ -321,13 +341,13 @@ class World:
                 raise ValueError(f"arms.{arm}: {self.config.arms[arm]!r} has no shared backend (the gold "
                                  "teacher is not a fixed model to optimize around)")
             backend = BatchingBackend(inner, max_batch_size=max(1, self.config.concurrency))
-            free = tuple(self.config.loop.get("free_types", ()))
-            self._backends[arm] = FreeArgumentTypes(backend, free) if free else backend
+            types = self.config.loop.get("argument_types") or {}
+            self._backends[arm] = ArgumentTypes(backend, types) if types else backend
         return self._backends[arm]
 
     def run_episode(self, arm: str) -> Callable:
         from heart_distill.arguments import LoopPolicy
-        from heart_distill.eval.e2e import E2EConfig, run_one
+        from heart_distill.eval.e2e import E2EConfig, gold_teacher, run_one
 
         models = self.models(arm)
 
@@ -343,9 +363,47 @@ class World:
                             roles_spec=self.config.arms[arm], model=self.config.model, engine=self.config.engine,
                             policy=policy, max_plan_steps=loop.get("max_plan_steps", 6),
                             constrained=bool(loop.get("constrained", True)), harness=harness_dir)
-            return run_one(self.environment(task.condition), task.task_id, 0, backend, models, e2e)
+            environment = self.environment(task.condition)
+            if not self.config.arms[arm].startswith(GOLD_CONTEXT):
+                return run_one(environment, task.task_id, 0, backend, models, e2e)
+            return run_one(environment, task.task_id, 0, None, models, e2e,
+                           teacher_for_task=lambda t, env, seed: GoldContext(gold_teacher(t, env, seed), backend))
 
         return one
+
+
+GOLD_CONTEXT = "gold+primitive:"
+"""An arm ``gold+primitive:<roles>``: the gold teacher plays Planner, Router and Verifier, and
+the model of ``<roles>`` (``base`` or an adapters folder) plays the Tool Primitive — the one
+role whose answers meet the tool boundary, measured with every other role right."""
+
+
+class GoldContext:
+    """One episode's backend for a ``gold+primitive:`` arm: Primitive calls go to the model
+    (the run's :class:`ReplayBackend`), the others to the task's gold teacher. The teacher
+    is stateful (its plan follows the episode), so it answers every call; a call whose exact
+    messages this optimizer run already sent it is marked ``replayed`` (greedy and seeded, it
+    gives the same answer), so an episode costs an inner rollout exactly when some call is new."""
+
+    def __init__(self, gold: Any, model: Any):
+        self.gold, self.model = gold, model
+        self.name = f"{getattr(gold, 'name', 'gold')}+{getattr(model, 'name', 'model')}"
+
+    def generate(self, role: str, messages, sampling=None):
+        if role == "primitive":
+            return self.model.generate(role, messages, sampling)
+        from heart_distill.eval.optimize.rollouts import call_key
+
+        generation = self.gold.generate(role, messages, sampling)
+        seen = getattr(self.model, "seen", None)
+        key = call_key(self.gold.name, role, messages, sampling)
+        replayed = seen is not None and key in seen
+        if seen is not None:
+            seen.add(key)
+        return dataclasses.replace(generation, meta={**generation.meta, "replayed": replayed, "cached": True})
+
+    def client(self):
+        return self.model.client() if hasattr(self.model, "client") else contextlib.nullcontext()
 
 
 SPLITS_OF_ANY = "test"
@@ -369,9 +427,9 @@ def harness_folder(out: Path, harness: Harness) -> str:
 
 def model_label(config: ProtocolConfig, arm: str) -> str:
     """What an answer record is keyed by besides the messages: the arm's model and engine,
-    and the roles whose argument types decode free (their answers differ from constrained ones)."""
-    free = config.loop.get("free_types")
-    return f"{arm}:{config.arms[arm]}:{config.engine}" + (f":free_types={','.join(free)}" if free else "")
+    and how roles' answer schemas type the arguments (their answers differ)."""
+    types = config.loop.get("argument_types") or {}
+    return f"{arm}:{config.arms[arm]}:{config.engine}" + "".join(f":{r}-arguments={m}" for r, m in sorted(types.items()))
 
 
 def record_path(config: ProtocolConfig, arm: str) -> Path:

@@ -181,7 +181,14 @@ def pareto(pool: list[Candidate]) -> list[Candidate]:
 
 
 def select(frontier: list[Candidate]) -> Candidate:
-    return sorted(frontier, key=lambda c: (-c.gate_pass, -c.reliability, c.id))[0]
+    """The frontier's highest gate pass rate; ties: reliability, then the repair pass rate (a
+    candidate is gated only for a repair gain over its parent: on a gate that cannot tell it
+    from the seed, the repair evidence decides), then the earlier id."""
+    return sorted(frontier, key=lambda c: (-c.gate_pass, -c.reliability, -_repair_pass(c), c.id))[0]
+
+
+def _repair_pass(c: Candidate) -> float:
+    return c.repair.pass_rate if c.repair is not None else float("-inf")
 
 
 def reliability(gate: Evaluation, seed_gate: Evaluation) -> float:
@@ -257,11 +264,14 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
         for m in range(config.mutations):
             slot = config.slots[m % len(config.slots)]
             pool = by_slot[slot] or clusters  # an empty slot works on the largest clusters
-            target = pool[rng.randrange(min(3, len(pool)))]
+            start = rng.randrange(min(3, len(pool)))
             n += 1
             cid = f"c{n:03d}"
-            proposal = proposer.propose(parent.harness, slot, target, catalog, cid, rng)
+            target, proposal, passed = _propose(proposer, parent.harness, slot, pool[start:] + pool[:start],
+                                                catalog, cid, rng, fingerprints)
             spent["proposer_tokens"] += proposal.tokens
+            if passed:
+                note({"event": "next_cluster", "id": cid, "slot": slot, "passed": passed, "cluster": target.id})
             if proposal.error is not None:
                 spent["bad_proposals"] += 1
                 spent["rollouts"] += 1  # a proposal that cannot be used costs its rollout
@@ -308,7 +318,7 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
             population.append(c)
             population = pareto(population)
             if len(population) > config.population:
-                population = sorted(population, key=lambda x: (-x.gate_pass, -x.reliability, x.id))[:config.population]
+                population = sorted(population, key=lambda x: (-x.gate_pass, -x.reliability, -_repair_pass(x), x.id))[:config.population]
             note({"event": "gated", "id": cid, "gate_pass": c.gate_pass, "reliability": c.reliability,
                   "spent": dict(spent)})
     if exhausted:
@@ -318,9 +328,42 @@ def search(seed_harness: Harness, repair: list[TaskRef], gate: list[TaskRef], ev
     chosen = select(frontier)
     why = (f"{chosen.id}: highest gate pass rate on the Pareto frontier {[c.id for c in frontier]} "
            f"(gate {100 * chosen.gate_pass:.1f}% vs seed {100 * seed.gate_pass:.1f}%, reliability "
-           f"{chosen.reliability:.2f}; ties by reliability, then candidate id); {describe_tally(tally)}")
+           f"{chosen.reliability:.2f}, repair {100 * _repair_pass(chosen):.1f}% vs seed "
+           f"{100 * _repair_pass(seed):.1f}%; ties by reliability, then repair pass rate, then candidate id); "
+           f"{describe_tally(tally)}")
     note({"event": "selected", "id": chosen.id, "why": why, "spent": dict(spent)})
     return SearchResult(chosen, seed, candidates, [c.id for c in frontier], why, spent, events, tally)
+
+
+def _propose(proposer: Any, parent: Harness, slot: str, order: list[Cluster], catalog: list[Any], cid: str,
+             rng: random.Random, tried: dict[str, str]) -> tuple[Cluster, Any, list[dict[str, str]]]:
+    """The slot's proposal: from the first cluster of ``order``, and — for a proposer that
+    costs nothing to ask (``exhaustive``: the deterministic rules) — first from the middleware
+    slot's clusters together (``others``), then from the next cluster while one has no rule or
+    repeats a harness already ``tried``, so a slot is not spent on what the run has seen while
+    another cluster has a new edit. Returns the cluster used, its
+    proposal, and the clusters passed over (with why)."""
+    passed: list[dict[str, str]] = []
+    exhaustive = getattr(proposer, "exhaustive", False)
+    if exhaustive and slot == "middleware" and len(order) > 1:  # first the slot's clusters together
+        proposal = proposer.propose(parent, slot, order[0], catalog, cid, rng, others=order[1:])
+        if proposal.error is not None or (proposal.harness is not None and proposal.harness.fingerprint() not in tried):
+            return order[0], proposal, passed
+        passed.append({"cluster": f"{order[0].id} with {len(order) - 1} more",
+                       "why": proposal.rationale if proposal.harness is None
+                       else f"same harness as {tried[proposal.harness.fingerprint()]}"})
+    for i, target in enumerate(order if exhaustive else order[:1]):
+        proposal = proposer.propose(parent, slot, target, catalog, cid, rng)
+        last = i == (len(order) - 1 if exhaustive else 0)
+        if proposal.error is not None or last:
+            return target, proposal, passed
+        if proposal.harness is None:
+            passed.append({"cluster": target.id, "why": proposal.rationale or "no proposal"})
+        elif proposal.harness.fingerprint() in tried:
+            passed.append({"cluster": target.id, "why": f"same harness as {tried[proposal.harness.fingerprint()]}"})
+        else:
+            return target, proposal, passed
+    raise AssertionError("unreachable: the last cluster returns")
 
 
 def write_log(result: SearchResult, path: Path, header: dict[str, Any]) -> None:
