@@ -56,13 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_arm(args: argparse.Namespace, in_flight: int, folder: Path) -> dict:
     """One arm: both sides on the same tasks with ``in_flight`` episodes each."""
-    from heart_distill.arguments import LoopPolicy
+    from heart.settings import LoopConfig
     from heart_distill.eval.e2e import E2EConfig, run_sides
     from heart_distill.eval.models import with_base_side
 
     config = E2EConfig(env="bfcl", out=str(folder / "distilled"), category=args.category, roles_spec=args.adapters,
                        limit=args.limit, concurrency=in_flight, engine=args.engine,
-                       max_plan_steps=args.max_plan_steps, policy=LoopPolicy(router_mode=args.router_mode))
+                       loop=LoopConfig(max_plan_steps=args.max_plan_steps, router_mode=args.router_mode))
     distilled, base = run_sides(with_base_side(config, str(folder / "base")))
     throughput = distilled["throughput"]
     return {"episodes_in_flight_per_side": in_flight, "episodes": throughput["episodes_run"],

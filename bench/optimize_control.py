@@ -61,7 +61,7 @@ def control_config(work: Path, runs: int, slots: list[str], adapters: Path = ADA
         search={"generations": 3, "mutations": 3, "population": 5,
                 "budget": min_budget(2 * sizes["repair"], 2 * sizes["gate"], 3)},
         budget_runs=[1, 2], concurrency=4, slots=slots, seed_middleware="none",
-        loop={"budget": 3, "max_plan_steps": 6, "argument_types": {"primitive": "string"}})
+        loop={"replan_budget": 3, "max_plan_steps": 6, "argument_types": {"primitive": "string"}})
 
 
 def build_parser() -> argparse.ArgumentParser:

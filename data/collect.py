@@ -41,8 +41,9 @@ from heart.embeddings import Embedder
 from heart.environments import load_environment
 from heart.episode import episode_id, run_episode
 from heart.loop import LoopConfig
+from heart.settings import POLICY
 from heart.traces import TraceFormatError, TraceReadStats, TraceWriter, read_trace
-from heart_distill.arguments import LoopPolicy, collect_arguments as add_arguments
+from heart_distill.arguments import collect_arguments as add_arguments, loop_settings
 from heart_distill.data.teachers import TeacherFactory
 from heart_distill.executors import ExecutorError, connect_ray, options_from_args, run_jobs, shards
 
@@ -107,12 +108,18 @@ def _refuse(message: str) -> None:
     raise SystemExit(2)
 
 
+def _loop_config(args: argparse.Namespace) -> LoopConfig:
+    """How the teacher's episodes run: the loop-policy flags over the loop's defaults."""
+    return LoopConfig(**loop_settings(args, POLICY))
+
+
 def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory, task_ids: list[str]) -> None:
     """Record this collection in ``manifest.json``: one entry per (env, split, teacher).
 
     A run folder may hold several collections (e.g. BFCL and AgentDojo train splits, built
     into one set of role datasets). Each entry records the loop policy its traces were made
-    under (``policy``: :meth:`LoopPolicy.record`, files named with their content hash), so
+    under (``policy``: :meth:`heart.settings.LoopConfig.record` of :data:`heart.settings.POLICY`,
+    files named with their content hash), so
     the datasets built from it can say so; resuming one must use the settings and the policy
     it started with (exit 2 naming what differs), or its traces would mix two policies.
     The read-modify-write holds a file lock (other processes and threads) and the new file
@@ -124,7 +131,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
         "env": args.env,  # (multi_turn_base is BFCL's default: its entries name no category)
         **({"category": args.category} if args.category not in (None, "multi_turn_base") else {}),
         "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
-        "fault_rate": args.fault_rate, "seeds": args.seeds, "policy": LoopPolicy.from_args(args).record(),
+        "fault_rate": args.fault_rate, "seeds": args.seeds, "policy": _loop_config(args).record(POLICY),
         "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
@@ -260,7 +267,7 @@ def collect(args: argparse.Namespace) -> int:
         _refuse(f"error: {err}")
     from heart.user_errors import UserError
 
-    LoopPolicy.from_args(args).check_files(environment.catalog())
+    _loop_config(args).check_files(environment.catalog())
 
     try:
         teacher = TeacherFactory(args.teacher, args.fault_rate, environment,
@@ -281,7 +288,7 @@ def collect(args: argparse.Namespace) -> int:
               f"already done in {out}; nothing to run", file=sys.stderr)
         return 0
     (out / "traces").mkdir(exist_ok=True)
-    config = LoopConfig(**LoopPolicy.from_args(args).loop_fields())
+    config = _loop_config(args)
     spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
                           max_batch_size=args.max_batch_size, loop=config, out=str(out),
                           concurrency=args.concurrency, run=secrets.token_hex(4), category=args.category)

@@ -5,9 +5,10 @@
     heart eval e2e --env agentdojo --split test --roles teacher:gold --seeds 0 1 2 --out …
     heart eval e2e --env bfcl --category simple --roles runs/NAME/adapters --out …/e2e-distilled --base-out …/e2e-base
 
-The loop-policy flags (``--budget``, ``--verify``, ``--middleware``, ``--relevance``,
-``--no-messages``, ``--validation``) are ``heart collect``'s and ``heart run``'s
-(:class:`heart_distill.arguments.LoopPolicy`); single-turn BFCL categories run with B = 0.
+The loop's flags (``--replan-budget``, ``--verify``, ``--middleware``, ``--relevance``,
+``--no-messages``, ``--validation``, ``--router-mode``, ``--max-plan-steps``, …) are ``heart
+collect``'s and ``heart run``'s, derived from :class:`heart.settings.LoopConfig` (one
+declaration, one default each); single-turn BFCL categories run with B = 0.
 
 Each (task, seed) is one :func:`heart.episode.run_episode` with the benchmark's own checker
 (BFCL's multi-turn checker, BFCL's AST checker for the single-turn categories via
@@ -61,11 +62,15 @@ from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_ro
                          with_base_side)
 from heart_distill.eval.roles import MAX_NEW_TOKENS
 from heart_distill.eval.stats import bootstrap, pass_hat_k
-from heart_distill.arguments import LoopPolicy, executor_arguments, loop_policy_arguments
+from heart_distill.arguments import executor_arguments, loop_arguments, loop_settings
 from heart_distill.executors import LOCAL, ExecutorError, ExecutorOptions, options_from_args, run_jobs
 from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
 from heart.runtime.scheduler import BatchingBackend
+from heart.settings import POLICY, TURN, LoopConfig
+
+E2E_SETTINGS = (*POLICY, *TURN)
+"""The loop settings ``heart eval e2e`` takes as flags (:mod:`heart.settings`)."""
 
 BACKEND_ERROR = "backend error:"
 """How heart.calls records a role call whose backend raised."""
@@ -97,17 +102,13 @@ class E2EConfig:
     """Episodes in flight at once, per side; None: :func:`episodes_in_flight` for the engine."""
     engine: str = "peft"
     """In-process engine for the base and its adapters: peft or llamacpp (heart.runtime.engines)."""
-    policy: LoopPolicy = dataclasses.field(default_factory=LoopPolicy)
-    """How the loop runs a turn (re-plan budget, Verifier granularity, middleware, relevance,
-    messages, carried validation): the flags ``heart collect`` and ``heart run`` take."""
-    max_clarifications: int = 2
-    max_plan_steps: int = 6
-    retrieve_k: int | None = None
+    loop: LoopConfig = dataclasses.field(default_factory=LoopConfig)
+    """How the loop runs a turn (:data:`E2E_SETTINGS` from the flags, the loop's defaults for the
+    rest); each episode adds its models' short prompts and the harness's fields."""
     max_new_tokens: int | None = None
     """Per role call; None: each role's own budget (:data:`eval.roles.MAX_NEW_TOKENS`, above the
     teacher's 95th percentile), as in the per-role evaluation."""
     temperature: float = 0.0
-    constrained: bool = True
     seed: int = 0
     """Seed of the bootstrap."""
     harness: str | None = None
@@ -201,18 +202,15 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
     """One episode → (its row, its trace rows). Never raises. Without a shared backend the
     teacher is built per task (``teacher_for_task(task, environment, seed)``)."""
     from heart.episode import run_episode
-    from heart.loop import LoopConfig
 
     start = time.perf_counter()
     events = EpisodeEvents()
     single_turn = config.category in AST_CATEGORIES
-    policy = config.policy.loop_fields()
-    if single_turn:  # a single-turn BFCL answer is the one set of calls an attempt makes: a
-        policy["replan_budget"] = 0  # re-plan would add calls that the AST checker counts against it
-    loop_config = LoopConfig(
-        max_clarifications=config.max_clarifications, retrieve_k=config.retrieve_k,
-        max_plan_steps=config.max_plan_steps, short_prompts=models.short_prompts,
-        constrained=config.constrained, **{**policy, **harness_fields(config.harness)})
+    # a single-turn BFCL answer is the one set of calls an attempt makes: a re-plan would add
+    # calls that the AST checker counts against it
+    loop_config = dataclasses.replace(config.loop, short_prompts=models.short_prompts,
+                                      **({"replan_budget": 0} if single_turn else {}),
+                                      **harness_fields(config.harness))
     sampling = {r: SamplingConfig(max_new_tokens=config.max_new_tokens or MAX_NEW_TOKENS[r],
                                   temperature=config.temperature, seed=seed if config.temperature > 0 else None)
                 for r in ROLES}
@@ -352,10 +350,10 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
     if first.harness:  # refused before any episode, naming the file and field
         from heart.harness import load_harness
 
-        if first.policy.middleware != "default":
+        if first.loop.middleware != "default":
             raise ValueError("--harness brings its own middleware: drop --middleware (or edit the harness)")
         harness_fingerprint = load_harness(first.harness).fingerprint()
-    first.policy.check_files(environment.catalog())
+    first.loop.check_files(environment.catalog())
     task_ids = environment.task_ids(first.split)
     if first.tasks:
         outside = [t for t in first.tasks if t not in task_ids]
@@ -494,14 +492,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINE_SPECS, default="peft",
                         help="in-process engine (llamacpp: GGUF on CPU, same greedy answers up to arithmetic order, "
                              "faster; llamacpp:f16 for f16 base weights, faster again)")
-    loop_policy_arguments(parser)  # single-turn BFCL categories run with B = 0 whatever --budget says
-    parser.add_argument("--max-clarifications", type=nonnegative_int, default=2)
-    parser.add_argument("--max-plan-steps", type=positive_int, default=6)
-    parser.add_argument("--retrieve-k", type=positive_int, default=None)
+    loop_arguments(parser, E2E_SETTINGS)  # single-turn BFCL categories run with B = 0 whatever --budget says
     parser.add_argument("--max-new-tokens", type=positive_int, default=None,
                         help="per role call (default: each role's own budget, eval.roles.MAX_NEW_TOKENS)")
     parser.add_argument("--temperature", type=nonnegative_float, default=0.0)
-    parser.add_argument("--no-constrain", action="store_true")
     parser.add_argument("--harness", help="a harness folder (heart optimize writes one): role prompt edits "
                                           "and tool-boundary middleware (docs/optimize.md)")
     parser.add_argument("--out", required=True)
@@ -521,11 +515,9 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
     return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
                      roles_spec=args.roles_spec, model=args.model, seeds=tuple(args.seeds), limit=args.limit,
                      tasks=tuple(args.task),
-                     concurrency=args.concurrency, engine=args.engine, policy=LoopPolicy.from_args(args),
-                     max_clarifications=args.max_clarifications,
-                     max_plan_steps=args.max_plan_steps, retrieve_k=args.retrieve_k,
-                     max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                     constrained=not args.no_constrain, harness=args.harness)
+                     concurrency=args.concurrency, engine=args.engine,
+                     loop=LoopConfig(**loop_settings(args, E2E_SETTINGS)),
+                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, harness=args.harness)
 
 
 def main(argv: list[str], full_argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 can be continued (``heart eval e2e … --resume``).
 
 - ``e2e-run.json``: what the episodes are measured with (environment, tasks, seeds, roles and
-  adapters, engine, sampling, loop policy), written before the first episode runs;
+  adapters, engine, sampling, loop settings), written before the first episode runs;
 - ``trace.jsonl``: every role call of each finished episode, appended when it finishes;
 - ``episodes.jsonl``: one row per finished episode, appended (flushed, fsynced) right after
   its role calls: the row is what marks an episode finished;
@@ -30,9 +30,9 @@ RUN = "e2e-run.json"
 RESULTS = "e2e.json"
 EPISODES = "episodes.jsonl"
 TRACE = "trace.jsonl"
-RUN_FORMAT = 2
-"""Version of ``e2e-run.json``; a folder recorded in another version is not resumed (version 2
-records the whole loop policy, :class:`heart_distill.arguments.LoopPolicy`)."""
+RUN_FORMAT = 3
+"""Version of ``e2e-run.json``; a folder recorded in another version is not resumed (version 3
+records every loop setting, :meth:`heart.settings.LoopConfig.record`)."""
 
 
 def run_identity(config: Any, models: Any, task_ids: Sequence[str], harness_fingerprint: str | None) -> dict[str, Any]:
@@ -46,9 +46,8 @@ def run_identity(config: Any, models: Any, task_ids: Sequence[str], harness_fing
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}
                      for role, path in sorted(models.adapters.items())},
         "short_prompts": sorted(models.short_prompts), "engine": config.engine,
-        "temperature": config.temperature, "max_new_tokens": config.max_new_tokens, "constrained": config.constrained,
-        **config.policy.record(), "max_clarifications": config.max_clarifications,
-        "max_plan_steps": config.max_plan_steps, "retrieve_k": config.retrieve_k,
+        "temperature": config.temperature, "max_new_tokens": config.max_new_tokens,
+        **{f"loop.{k}": v for k, v in config.loop.record().items()},
         "harness": config.harness, "harness_fingerprint": harness_fingerprint,
     }
     return json.loads(json.dumps(identity, default=str))  # as it reads back from the file

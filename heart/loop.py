@@ -117,7 +117,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from heart.calls import RoleClient
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
@@ -144,6 +144,7 @@ from heart.roles.planner import PlannerOutput
 from heart.roles.registry import PLANNER, PRIMITIVE, ROUTER, VERIFIER, Role, get_role
 from heart.roles.router import PRIORITY_RANK, Dispatch, RouterOutput
 from heart.roles.verifier import VerifierOutput
+from heart.settings import LoopConfig  # the loop's settings, one declaration (also heart.loop.LoopConfig)
 from heart.toolface import ToolFace
 from heart.validation import CarriedValidation, load_result_shapes
 
@@ -160,77 +161,6 @@ past the cut in the file's content). Later turns see the answer shortened
 (``heart.episode.CONVERSATION_RESPONSE_CHARS``), the Planner far less; only the user (and
 the benchmark's checker) reads it whole."""
 NO_TOOL_RESPONSE = "None of the available tools can carry out this request, so I called none."
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """How one HEART turn runs."""
-
-    replan_budget: int = 3
-    """B: how many times the Planner may re-plan after a FAIL (attempts = B + 1)."""
-    max_clarifications: int = 2
-    """How many clarification questions the Planner may ask per turn."""
-    retrieve_k: int | None = None
-    """How many tools ToolFace ranks for the Planner before adding companions; None keeps
-    ToolFace's own setting (top 7, their companions, filled up to 9: ``RetrievalConfig``)."""
-    max_plan_steps: int = 10
-    """Longest plan the Planner may write."""
-    replan_tools: int = 3
-    """Tools a re-plan adds to the Planner's list, retrieved for the latest feedback (0: the
-    paper's one retrieval per query)."""
-    verify: Literal["step", "attempt"] = "step"
-    """"step": Algorithm 1, one Verifier call per executed step, right after it runs;
-    "attempt": all steps run, then one Verifier call judges the whole attempt."""
-    short_prompts: tuple[str, ...] = ()
-    """Roles served by context-distilled adapters: they get the short system prompt."""
-    prefill: bool = False
-    """Start each answer with the role's RESPONSE_PREFIX (steers small base models into JSON)."""
-    constrained: bool = False
-    """Constrain decoding to each role's output schema (``schema_for_input`` of its input);
-    it supersedes ``prefill``. Backends that cannot constrain answer unconstrained."""
-    code: bool = True
-    """Show the Code primitive (HEELO's Code family, :mod:`heart.families`) to the Planner,
-    so a step may compute a value from earlier results; False: tools only, as in HEART."""
-    middleware: str = "default"
-    """The tool-boundary intercept set (:mod:`heart.middleware`): "default" (the shipped
-    silent corrections: type coercion, JSON unwrapping, enum case), "none" (arguments bound
-    as given), or the path of a YAML intercept file (docs/middleware.md)."""
-    messages: bool = True
-    """Messages between primitives (HEELO, :mod:`heart.roles.primitive_messages`): a passed
-    step whose result later steps read writes them messages (one more Primitive call);
-    False: no messages, as in HEART."""
-    validation: str = "default"
-    """Carried validation after execution (:mod:`heart.validation`): "default" (the shipped
-    mined result shapes, and state changes where the session exposes its state), "none" (no
-    post-execution checks), or the path of a result-shapes file."""
-    prompt_edits: tuple[tuple[str, str, str], ...] = ()
-    """(role, "append" | "replace", text): a harness's edits of role system prompts
-    (:mod:`heart.harness`, ``--harness``), applied to the prompt the role would get (the
-    short one for context-distilled roles); other roles keep their shipped prompt."""
-    relevance: bool = False
-    """Relevance before selection (HEELO, :mod:`heart.relevance`): ToolFace's top
-    ``relevance_candidates`` each judge, in the Primitive's relevance mode, whether they apply,
-    and the Planner is shown those that do (at most ``relevance_shown``, best ToolFace rank
-    first) instead of ToolFace's default list. Off by default (the default list is what the
-    shipped figures measure). With the gold teacher, gold relevance: the turn's gold tools apply."""
-    relevance_candidates: int = 20
-    """Candidates the relevance step judges."""
-    relevance_shown: int = 10
-    """Most applying candidates shown to the Planner."""
-    router_mode: Literal["plan", "step"] = router.DEFAULT_MODE
-    """"plan": one Router call dispatches the whole plan before any step runs (Appendix D.2);
-    "step": one Router call per step, after its dependencies ran, with their results
-    (Algorithm 1 line 9; see the module docstring)."""
-
-    def __post_init__(self) -> None:
-        if self.verify not in ("step", "attempt"):
-            raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
-        if self.router_mode not in router.MODES:
-            raise ValueError(f"router_mode must be one of {', '.join(router.MODES)}, got {self.router_mode!r}")
-        if self.replan_budget < 0 or self.max_clarifications < 0 or self.max_plan_steps < 1 \
-                or self.replan_tools < 0 or self.relevance_candidates < 1 or self.relevance_shown < 1 \
-                or (self.retrieve_k is not None and self.retrieve_k < 1):
-            raise ValueError(f"invalid LoopConfig: {self}")
 
 
 @dataclass

@@ -9,100 +9,68 @@ the roles), which is imported inside the command only.
 from __future__ import annotations
 
 import argparse
-import hashlib
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+import typing
+from typing import Any, Literal, Sequence
 
 from heart.argtypes import nonnegative_float, nonnegative_int, positive_int, probability
-from heart.roles import router
+from heart.settings import POLICY, LoopConfig, user_settings
 
 
-def loop_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """How the loop runs a turn, shared by ``heart collect``, ``heart run``, ``heart eval e2e``
-    and their kin: re-plan budget, Verifier granularity, tool-boundary middleware, relevance,
-    messages, carried validation (read back as one :class:`LoopPolicy`)."""
-    parser.add_argument("--budget", type=nonnegative_int, default=3, help="re-plan budget B (default 3)")
-    parser.add_argument("--verify", default="step", choices=["step", "attempt"],
-                        help="Verifier granularity: per step (Algorithm 1, default) or per whole attempt")
-    parser.add_argument("--middleware", default="default", metavar="PATH|default|none",
-                        help="tool-boundary middleware (docs/middleware.md): default (the shipped silent "
-                             "corrections), none (arguments bound as given), or a YAML intercept file")
-    parser.add_argument("--relevance", action="store_true",
-                        help="relevance before selection: ToolFace's top 20 each judge, in the Primitive's "
-                             "relevance mode, whether they apply; the Planner is shown those that do (≤ 10; "
-                             "the gold teacher answers with gold relevance; docs/toolface.md)")
-    parser.add_argument("--no-messages", action="store_true",
-                        help="no messages between primitives (a passed step's Primitive tells the steps that "
-                             "read its result which field they need; docs/primitives.md)")
-    parser.add_argument("--router-mode", default=router.DEFAULT_MODE, choices=list(router.MODES),
-                        help=f"plan: one Router call dispatches the whole plan (HEART D.2); step: one call per step, "
-                             f"after its dependencies ran, shown their results (default {router.DEFAULT_MODE}; "
-                             "docs/loop.md)")
-    parser.add_argument("--validation", default="default", metavar="PATH|default|none",
-                        help="carried validation after execution (docs/primitives.md): default (the shipped "
-                             "mined result shapes + state-change checks), none, or a result-shapes file")
+def loop_arguments(parser: argparse.ArgumentParser, names: Sequence[str], **defaults: Any) -> None:
+    """Flags for the :class:`heart.settings.LoopConfig` settings ``names``, derived from their
+    fields (type, choices, default, help; a bool that is on by default gets ``--no-NAME``), so
+    ``heart run``, ``heart collect`` and ``heart eval e2e`` spell, check and default a setting
+    the same way; each flag's ``dest`` is the field's name (read back by :func:`loop_settings`).
+    ``defaults`` changes what a command's parser starts from (``heart demo``'s short loop)."""
+    from heart import argtypes
+
+    fields = {f.name: f for f in user_settings()}
+    hints = typing.get_type_hints(LoopConfig)
+    for name in names:
+        f = fields[name]
+        meta = f.metadata
+        flag = _flag(f)
+        default = defaults.get(name, f.default)
+        options = {"dest": name, "help": meta["help"]}
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, *meta["aliases"], action="store_false" if f.default else "store_true",
+                                default=default, **options)
+            continue
+        choices = typing.get_args(hints[name]) if typing.get_origin(hints[name]) is Literal else None
+        kind = getattr(argtypes, meta["kind"]) if meta["kind"] else None
+        help_default = "" if choices or f.default is None or isinstance(f.default, str) else f" (default {default})"
+        parser.add_argument(flag, *meta["aliases"], default=default, choices=choices, type=kind,
+                            metavar=meta["metavar"], **{**options, "help": options["help"] + help_default})
 
 
-@dataclass(frozen=True)
-class LoopPolicy:
-    """The loop-policy flags (:func:`loop_policy_arguments`) as one value: what ``heart run``,
-    ``heart collect`` and ``heart eval e2e`` hand the loop, and what a collection's
-    ``manifest.json`` and an evaluation's ``e2e-run.json`` record about how their episodes ran."""
-
-    budget: int = 3
-    """Re-plan budget B (``LoopConfig.replan_budget``)."""
-    verify: str = "step"
-    """Verifier granularity: "step" or "attempt"."""
-    middleware: str = "default"
-    """"default", "none" or the path of a YAML intercept file."""
-    relevance: bool = False
-    """Relevance before selection."""
-    messages: bool = True
-    """Messages between primitives."""
-    validation: str = "default"
-    """Carried validation: "default", "none" or the path of a result-shapes file."""
-    router_mode: str = router.DEFAULT_MODE
-    """The Router's mode: "plan" (whole-plan dispatch) or "step" (one call per step)."""
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "LoopPolicy":
-        return cls(budget=args.budget, verify=args.verify, middleware=args.middleware, relevance=args.relevance,
-                   messages=not args.no_messages, validation=args.validation, router_mode=args.router_mode)
-
-    def loop_fields(self) -> dict[str, Any]:
-        """The ``heart.loop.LoopConfig`` fields this policy sets."""
-        return {"replan_budget": self.budget, "verify": self.verify, "middleware": self.middleware,
-                "relevance": self.relevance, "messages": self.messages, "validation": self.validation,
-                "router_mode": self.router_mode}
-
-    def check_files(self, catalog) -> None:
-        """Refuse, before any episode runs, a --middleware file that does not fit ``catalog``
-        (the environment's tools) or a --validation file that is not a result-shapes file
-        (MiddlewareError / ShapesFormatError: UserErrors naming the file and field)."""
-        from heart.middleware import load_middleware
-
-        load_middleware(self.middleware, catalog=catalog)
-        if self.validation not in ("default", "none"):
-            from heart.validation import load_result_shapes
-
-            load_result_shapes(self.validation)
-
-    def record(self) -> dict[str, Any]:
-        """The policy as run folders record it: a file named by --middleware or --validation
-        with the sha256 of its content, so an edited file counts as another policy."""
-        return {**asdict(self), "middleware_sha256": _file_sha256("--middleware", self.middleware),
-                "validation_sha256": _file_sha256("--validation", self.validation)}
+def _flag(f) -> str:
+    """A setting's flag: its metadata's, else the field's name (``--no-NAME`` for a bool on by default)."""
+    return f.metadata["flag"] or "--" + ("no-" if f.default is True else "") + f.name.replace("_", "-")
 
 
-def _file_sha256(flag: str, value: str) -> str | None:
-    """The content hash of the file ``value`` names (None for the keywords default and none)."""
-    if value in ("default", "none"):
-        return None
-    try:
-        return hashlib.sha256(Path(value).read_bytes()).hexdigest()
-    except OSError as err:
-        raise ValueError(f"{flag} {value}: cannot read it ({err.strerror})") from None
+def loop_settings(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The LoopConfig fields :func:`loop_arguments` read for ``names``."""
+    return {name: getattr(args, name) for name in names}
+
+
+def loop_flags(settings: dict[str, Any]) -> list[str]:
+    """The command-line flags that set ``settings`` (LoopConfig field → value), the inverse of
+    :func:`loop_arguments`: how the pipeline hands a recipe's typed ``loop`` section to the
+    commands it runs. A setting at its default gives no flag (the command line, and so the
+    stage's key, names only what the recipe changed). ValueError for a key that is not a setting
+    or a value the loop refuses."""
+    fields = {f.name: f for f in user_settings()}
+    unknown = [key for key in settings if key not in fields]
+    if unknown:
+        raise ValueError(f"not loop settings: {', '.join(map(str, unknown))} (known: {', '.join(fields)})")
+    LoopConfig(**settings)  # values the loop refuses are refused here, naming the field
+    flags: list[str] = []
+    for name, value in settings.items():
+        f = fields[name]
+        if value == f.default:
+            continue
+        flags += [_flag(f)] if isinstance(f.default, bool) else [_flag(f), str(value)]
+    return flags
 
 
 def executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,7 +101,7 @@ def collect_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gold teacher: chance that a dispatch carries an injected fault (default 0)")
     parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
     parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0], help="one episode per task per seed")
-    loop_policy_arguments(parser)
+    loop_arguments(parser, POLICY)
     parser.add_argument("--concurrency", type=positive_int, default=8,
                         help="episodes run at once (per worker with --executor ray)")
     parser.add_argument("--quantize", choices=["int8"], default=None,

@@ -31,7 +31,11 @@ from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
 from heart.runtime.backends import backend_for, parse_model_spec
 from heart.runtime.engines import ENGINE_SPECS
-from heart_distill.arguments import LoopPolicy, collect_arguments, loop_policy_arguments, optimize_arguments
+from heart.settings import POLICY, TURN, LoopConfig
+from heart_distill.arguments import collect_arguments, loop_arguments, loop_settings, optimize_arguments
+
+RUN_SETTINGS = (*POLICY, *TURN, "prefill")
+"""The loop settings ``heart run`` and ``heart demo`` take (:mod:`heart.settings`)."""
 
 if TYPE_CHECKING:
     from heart.library import Library
@@ -174,7 +178,7 @@ def _check_quantize(args: argparse.Namespace) -> None:
 def _check_middleware(args: argparse.Namespace, environment) -> None:
     """--middleware names a usable intercept file whose tools and parameters are the
     environment's (a MiddlewareError is a UserError: one line naming the file and field)."""
-    LoopPolicy.from_args(args).check_files(environment.catalog())
+    LoopConfig(**loop_settings(args, POLICY)).check_files(environment.catalog())
     _harness(args, environment)  # and --harness's intercepts, the same way
 
 
@@ -194,14 +198,10 @@ def _harness(args: argparse.Namespace, environment=None):
 
 def _loop_config(args: argparse.Namespace, serving: Serving):
     from heart.harness import loop_fields
-    from heart.loop import LoopConfig
 
     # a harness brings its own middleware (_harness refuses a --middleware beside it)
-    fields = {**LoopPolicy.from_args(args).loop_fields(), **loop_fields(_harness(args))}
-    return LoopConfig(retrieve_k=args.retrieve_k,
-                      max_clarifications=args.max_clarifications, max_plan_steps=args.max_plan_steps,
-                      short_prompts=tuple(args.short_prompt) + serving.short_prompts,
-                      prefill=not args.no_prefill, constrained=not args.no_constrain, **fields)
+    fields = {**loop_settings(args, RUN_SETTINGS), **loop_fields(_harness(args))}
+    return LoopConfig(short_prompts=tuple(args.short_prompt) + serving.short_prompts, **fields)
 
 
 def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
@@ -400,7 +400,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return pipeline_main(args)
 
 
-def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
+def _loop_arguments(p: argparse.ArgumentParser, model_default: str, **loop_defaults) -> None:
     p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
     p.add_argument("--model", default=model_default,
                    help="embedded name (smollm2-135m, tiny-qwen3), a local folder, a HF id, 'gold' "
@@ -413,19 +413,11 @@ def _loop_arguments(p: argparse.ArgumentParser, model_default: str) -> None:
     p.add_argument("--short-prompt", action="append", default=[], metavar="ROLE",
                    help="send ROLE the short system prompt (its adapter was context-distilled)")
     p.add_argument("--trace", help="append trace events to this JSONL file")
-    loop_policy_arguments(p)
+    loop_arguments(p, RUN_SETTINGS, **loop_defaults)
     p.add_argument("--harness", metavar="DIR", help="a harness folder (role prompt edits + middleware; "
                                                     "heart optimize writes one, docs/optimize.md)")
-    p.add_argument("--max-clarifications", type=nonnegative_int, default=2, help="clarification questions per turn")
-    p.add_argument("--max-plan-steps", type=positive_int, default=10, help="longest plan (with constrained decoding)")
-    p.add_argument("--retrieve-k", type=positive_int, default=None,
-                   help="tools ToolFace ranks for the Planner (default: ToolFace's own, top 7 + companions, ≥ 9 shown)")
     p.add_argument("--max-new-tokens", type=positive_int, default=512, help="per role call")
     p.add_argument("--fault-rate", type=probability, default=0.0, help="with --model gold: injected fault rate")
-    p.add_argument("--no-constrain", action="store_true",
-                   help="do not constrain decoding to each role's JSON schema (on by default)")
-    p.add_argument("--no-prefill", action="store_true",
-                   help="without constraints, do not start answers with each role's JSON prefix")
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--quantize", choices=["int8"], default=None,
                    help="in-process model: int8 dynamic-quantised base linears, role LoRA kept exact (CPU)")
@@ -534,11 +526,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="prepare the embedded model and run a few BFCL tasks, printing every role call (shows the loop)")
-    _loop_arguments(p, "smollm2-135m")
-    p.add_argument("--task", action="append", help=f"task id (default: {' '.join(DEMO_TASKS)})")
     # A few minutes on 2 cores: one re-plan, no clarification round (BFCL's user has no
     # more to say), plans of at most 4 steps.
-    p.set_defaults(func=cmd_demo, budget=1, max_clarifications=0, max_plan_steps=4)
+    _loop_arguments(p, "smollm2-135m", replan_budget=1, max_clarifications=0, max_plan_steps=4)
+    p.add_argument("--task", action="append", help=f"task id (default: {' '.join(DEMO_TASKS)})")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("models", help="embedded models")
     p.add_argument("action", choices=["prepare"])

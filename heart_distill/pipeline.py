@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
-import yaml
 from pydantic import Field
 
 from heart import ROLES
 from heart.roles import FORMATS_VERSION
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
-from heart_distill.recipes import RecipeError, Role, load_roles, validate_sections
+from heart_distill.arguments import loop_flags
+from heart_distill.recipes import RecipeError, Role, load_roles, read_yaml, validate_sections
 from heart_distill.library_cli import ENGINE_CHOICES as LIBRARY_ENGINES
 
 Env = Literal["bfcl", "agentdojo"]
@@ -101,8 +101,12 @@ class E2ERun:
     """Environment whose test split is run end to end."""
     limit: Annotated[int, Field(ge=0)] = 2
     """Test tasks run end to end, per side (base and distilled; 0 = the whole test split)."""
+    loop: dict[str, Any] = field(default_factory=dict)
+    """The loop's settings for these episodes, by :class:`heart.settings.LoopConfig` field name
+    (``{max_plan_steps: 4, router_mode: step}``), over the loop's defaults; passed to
+    `heart eval e2e` as the flags they derive (:func:`heart_distill.arguments.loop_flags`)."""
     args: list[str] = field(default_factory=list)
-    """Extra arguments for `heart eval e2e` (e.g. --category multi_turn_base --max-plan-steps 3)."""
+    """Extra arguments for `heart eval e2e` that are not loop settings (e.g. --category multi_turn_base)."""
     name: str = ""
     """Suffix of its result folders (eval/e2e-NAME-base, eval/e2e-NAME-distilled); default: none
     for the first run, the environment's name for the others."""
@@ -189,13 +193,16 @@ class PipelineConfig:
 def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
     """(config, folder of the YAML); fails naming the field for unknown keys and bad values."""
     path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"pipeline recipe {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise PipelineError(f"{path}: not valid YAML ({err})") from None
+        data = read_yaml(path, "pipeline recipe") or {}
+    except RecipeError as err:
+        raise PipelineError(str(err)) from None
     config = validate_sections(data, PipelineConfig, str(path), PipelineError, "pipeline recipe")
+    for index, run_spec in enumerate(config.eval.e2e):
+        try:
+            loop_flags(run_spec.loop)
+        except (TypeError, ValueError) as err:
+            raise PipelineError(f"{path}: eval.e2e.{index}.loop: {err}") from None
     if config.library.roles and config.eval.engine not in LIBRARY_ENGINES:
         raise PipelineError(f"{path}: library.roles needs eval.engine one of {', '.join(LIBRARY_ENGINES)} "
                             f"(heart library adapter), got {config.eval.engine!r}")
@@ -256,7 +263,8 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
         folder = run / "eval" / ("e2e-" + name + "-" if name else "e2e-")
         limit_e2e = ["--limit", str(run_spec.limit)] if run_spec.limit else []
         eval_e2e.append(["heart", "eval", "e2e", "--env", run_spec.env, "--split", "test", "--roles",
-                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args, *executor,
+                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args,
+                         *loop_flags(run_spec.loop), *executor,
                          "--out", f"{folder}distilled", "--base-out", f"{folder}base"])
     e2e_outputs = [Path(command[-3]) for command in eval_e2e] + [Path(command[-1]) for command in eval_e2e]
     # A retrained adapter replaces the served one only through the library's validation; the

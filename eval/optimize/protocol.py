@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import json
 import random
@@ -38,7 +39,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import yaml
 
 from heart.harness import Harness, _parse_prompts, save_harness
 from heart_distill.eval.optimize.rollouts import AnswerRecord, Evaluation, ReplayBackend, TaskRef, evaluate
@@ -46,11 +46,12 @@ from heart_distill.eval.optimize.search import SearchConfig, budget_error, searc
 
 SPLITS = {"repair": "train", "gate": "dev", "scorecard": "test"}
 ARMS = ("base", "distilled")
-LOOP_KEYS = ("budget", "max_plan_steps", "constrained", "argument_types", "router_mode", "verify", "messages")
-"""The recipe's ``loop`` settings: re-plan budget, longest plan, constrained decoding (on
-unless false), how a role's answer schema types the tool's arguments
-(``argument_types: {primitive: free | string}``: :class:`ArgumentTypes`), the Router's mode
-(plan | step: as the adapters were trained), Verifier granularity, messages between primitives."""
+LOOP_EXTRA = ("argument_types",)
+"""The recipe's ``loop`` keys that are not loop settings: how a role's answer schema types the
+tool's arguments (``argument_types: {primitive: free | string}``: :class:`ArgumentTypes`). Every
+other key is a :class:`heart.settings.LoopConfig` setting by its field name (``replan_budget``,
+``max_plan_steps``, ``router_mode`` — as the adapters were trained —, ``verify``, ``messages``,
+``constrained``, …), over the loop's defaults."""
 
 ARGUMENT_TYPES = ("free", "string")
 
@@ -152,8 +153,10 @@ class ProtocolConfig:
     """RelLift95(B) is reported at B = k × one run's budget for each k here."""
     concurrency: int = 2
     """Episodes in flight at once (the in-process engine batches their role calls)."""
-    loop: dict[str, Any] = field(default_factory=lambda: {"budget": 3, "max_plan_steps": 6})
-    """heart eval e2e's loop settings: re-plan budget, longest plan (single-turn BFCL: no re-plan)."""
+    loop: dict[str, Any] = field(default_factory=dict)
+    """The episodes' loop settings by :class:`heart.settings.LoopConfig` field name, over the
+    loop's defaults (single-turn BFCL runs with no re-plan whatever ``replan_budget`` says),
+    plus :data:`LOOP_EXTRA`."""
     resamples: int = 5000
     slots: list[str] = field(default_factory=lambda: ["middleware", "prompt", "joint"])
     """The search's mutation slots (["middleware"]: the middleware surface alone)."""
@@ -196,18 +199,31 @@ class ProtocolConfig:
         refused = budget_error(self.search_config.budget, *self.tasks_per_run())
         if refused:  # refused here, not after the seed's rollouts: such a run can only return the seed
             raise ValueError(f"search.budget: {refused}")
-        unknown_loop = set(self.loop) - set(LOOP_KEYS)
-        if unknown_loop:
-            raise ValueError(f"loop: unknown key(s) {sorted(unknown_loop)}; known: {', '.join(LOOP_KEYS)}")
         from heart.harness import ROLES
+        from heart.settings import user_settings
+
+        known = [f.name for f in user_settings()] + list(LOOP_EXTRA)
+        for key in self.loop:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"; did you mean 'loop.{close[0]}'?" if close else ""
+                raise ValueError(f"unknown key 'loop.{key}'{hint} (known: {', '.join(known)})")
+        try:
+            self.loop_config()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"loop: {err}") from None
 
         types = self.loop.get("argument_types", {})
         if not isinstance(types, dict) or set(types) - set(ROLES) or set(types.values()) - set(ARGUMENT_TYPES):
             raise ValueError(f"loop.argument_types: role → {' | '.join(ARGUMENT_TYPES)} (roles: {', '.join(ROLES)}), "
                              f"got {types!r}")
-        if self.loop.get("router_mode", "plan") not in ("plan", "step"):
-            raise ValueError(f"loop.router_mode: plan or step, got {self.loop['router_mode']!r}")
         self.seed_harness()  # a bad seed_middleware or seed_prompts is refused by field, before any rollout
+
+    def loop_config(self):
+        """The episodes' :class:`heart.settings.LoopConfig` (``loop`` less :data:`LOOP_EXTRA`)."""
+        from heart.settings import LoopConfig
+
+        return LoopConfig(**{k: v for k, v in self.loop.items() if k not in LOOP_EXTRA})
 
     def seed_harness(self) -> Harness:
         """The harness every arm starts from (``seed_middleware`` + ``seed_prompts``)."""
@@ -246,18 +262,14 @@ class ProtocolConfig:
 
 def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> ProtocolConfig:
     """A recipe's YAML as a ProtocolConfig; an unknown or bad field is refused by name."""
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
+    from heart_distill.recipes import check_keys, read_yaml
+
+    data = read_yaml(Path(path), "optimize recipe") or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of recipe fields")
     data.update(overrides or {})
-    known = {f.name for f in dataclasses.fields(ProtocolConfig)}
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"{path}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
     try:
+        check_keys(data, ProtocolConfig, error=ValueError)
         return ProtocolConfig(**data)
     except TypeError as err:
         raise ValueError(f"{path}: {err}") from None
@@ -346,23 +358,17 @@ class World:
         return self._backends[arm]
 
     def run_episode(self, arm: str) -> Callable:
-        from heart_distill.arguments import LoopPolicy
         from heart_distill.eval.e2e import E2EConfig, gold_teacher, run_one
 
         models = self.models(arm)
-
-        loop = self.config.loop
-        policy = LoopPolicy(budget=loop.get("budget", 3), verify=loop.get("verify", "step"),
-                            messages=bool(loop.get("messages", True)),
-                            **({"router_mode": loop["router_mode"]} if "router_mode" in loop else {}))
+        loop = self.config.loop_config()
 
         def one(task: TaskRef, harness_dir: str | None, backend: Any):
             env, _, part = task.condition.partition(":")
             # the harness folder brings the middleware (the policy's is the default, never used)
             e2e = E2EConfig(env=env, out="", category=part if env == "bfcl" else None, split=SPLITS_OF_ANY,
                             roles_spec=self.config.arms[arm], model=self.config.model, engine=self.config.engine,
-                            policy=policy, max_plan_steps=loop.get("max_plan_steps", 6),
-                            constrained=bool(loop.get("constrained", True)), harness=harness_dir)
+                            loop=loop, harness=harness_dir)
             environment = self.environment(task.condition)
             if not self.config.arms[arm].startswith(GOLD_CONTEXT):
                 return run_one(environment, task.task_id, 0, backend, models, e2e)

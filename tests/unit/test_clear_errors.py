@@ -159,7 +159,7 @@ def test_collect_negative_limit_is_refused_not_sliced(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["run", "--task", "t", "--budget", "-1"], "heart run: error: argument --budget: must be >= 0, got -1"),
+    (["run", "--task", "t", "--budget", "-1"], "heart run: error: argument --replan-budget/--budget: must be >= 0, got -1"),
     (["run", "--task", "t", "--model", "gold", "--fault-rate", "1.5"],
      "heart run: error: argument --fault-rate: must be within [0, 1], got 1.5"),
     (["run", "--task", "t", "--max-new-tokens", "abc"],

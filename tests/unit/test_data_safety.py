@@ -174,7 +174,7 @@ def test_a_collection_records_its_loop_policy_and_resume_refuses_another(tmp_pat
     middleware.write_text(DEFAULT_PATH.read_text())
     assert collect(collect_args(out, "--middleware", str(middleware), "--no-messages")) == 0
     (entry,) = json.loads((out / MANIFEST).read_text())["collections"]
-    assert entry["policy"] == {"budget": 3, "verify": "step", "middleware": str(middleware),
+    assert entry["policy"] == {"replan_budget": 3, "verify": "step", "middleware": str(middleware),
                                "middleware_sha256": hashlib.sha256(middleware.read_bytes()).hexdigest(),
                                "relevance": False, "messages": False, "validation": "default",
                                "validation_sha256": None, "router_mode": "plan"}

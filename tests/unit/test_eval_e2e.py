@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from heart_distill.arguments import LoopPolicy
+from heart.settings import POLICY as POLICY_SETTINGS, LoopConfig
 from heart_distill.eval import e2e
 from heart_distill.eval.e2e import E2EConfig, gold_teacher, run
 from heart.runtime.scripted import ScriptedBackend
@@ -59,7 +59,7 @@ CASES = [
 
 @pytest.mark.parametrize("env, category, tasks", CASES)
 def test_gold_scores_one_and_perturbed_zero_by_the_benchmark_checker(tmp_path, env, category, tasks):
-    config = E2EConfig(env=env, category=category, tasks=tasks, limit=None if tasks else 2, policy=LoopPolicy(budget=0),
+    config = E2EConfig(env=env, category=category, tasks=tasks, limit=None if tasks else 2, loop=LoopConfig(replan_budget=0),
                        roles_spec="teacher:gold", out=str(tmp_path / "gold"))
     gold = run(config)
     assert gold["counts"]["errored"] == 0
@@ -179,8 +179,9 @@ def test_the_unadapted_view_asks_for_the_base():
 
 
 POLICY_FLAGS = ["--budget", "1", "--verify", "attempt", "--middleware", "none", "--relevance", "--no-messages",
-                "--validation", "none"]
-POLICY = LoopPolicy(budget=1, verify="attempt", middleware="none", relevance=True, messages=False, validation="none")
+                "--validation", "none", "--router-mode", "step", "--max-plan-steps", "4", "--no-constrain"]
+POLICY = {"replan_budget": 1, "verify": "attempt", "middleware": "none", "relevance": True, "messages": False,
+          "validation": "none", "router_mode": "step", "max_plan_steps": 4, "constrained": False}
 
 
 def _parsed(*argv):
@@ -195,12 +196,10 @@ def test_the_loop_policy_flags_reach_the_loop_config_in_the_worker_a_ray_actor_b
     import pickle
 
     import heart.episode
-    from heart.loop import LoopConfig
 
-    assert _parsed().policy == LoopPolicy()  # the flags' defaults are the policy's, and LoopConfig's
-    assert {k: getattr(LoopConfig(), k) for k in LoopPolicy().loop_fields()} == LoopPolicy().loop_fields()
+    assert _parsed().loop == LoopConfig()  # one declaration: the flags' defaults are LoopConfig's
     config = _parsed(*POLICY_FLAGS)
-    assert config.policy == POLICY
+    assert config.loop == LoopConfig(**POLICY)
     seen = []
 
     def capture(environment, task, backend, config, **kw):
@@ -215,8 +214,7 @@ def test_the_loop_policy_flags_reach_the_loop_config_in_the_worker_a_ray_actor_b
         worker = e2e.E2EWorker(spec)
         task = worker.environment.task_ids("test")[0]
         worker.run_shard(0, [(0, task, 0)], lambda result: None)
-        assert {k: getattr(seen[-1], k) for k in POLICY.loop_fields()} == {**POLICY.loop_fields(),
-                                                                            "replan_budget": budget}
+        assert {k: getattr(seen[-1], k) for k in POLICY} == {**POLICY, "replan_budget": budget}
 
 
 def test_an_evaluation_runs_under_the_policy_its_flags_name(tmp_path):
@@ -228,9 +226,9 @@ def test_an_evaluation_runs_under_the_policy_its_flags_name(tmp_path):
     modes = {(e.get("extra") or {}).get("mode") for e in events if e.get("role") == "primitive"}
     assert "relevance" in modes  # ToolFace's candidates judged before the Planner saw them
     recorded = json.loads((out / "e2e-run.json").read_text())
-    assert {k: recorded[k] for k in ("budget", "verify", "relevance", "messages", "middleware", "validation")} == \
-        {"budget": 3, "verify": "attempt", "relevance": True, "messages": True, "middleware": "default",
-         "validation": "default"}
+    assert {k: recorded["loop." + k] for k in POLICY_SETTINGS} == \
+        {"replan_budget": 3, "verify": "attempt", "relevance": True, "messages": True, "middleware": "default",
+         "validation": "default", "router_mode": "plan"}
 
 
 def test_harness_and_middleware_together_are_refused(tmp_path, capsys):

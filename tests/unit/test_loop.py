@@ -390,7 +390,7 @@ def test_prefill_starts_each_answer_and_traces_a_plain_conversation(world):
                     primitive=[echo_bindings], verifier=[PASS])
     trace = TraceWriter(trace_path, fsync=False)
     client = RoleClient(ScriptedBackend(continuing(script)), EpisodeContext("ep", "t", "test"), trace)
-    result = HeartLoop(client, toolface, lambda q: "", LoopConfig(prefill=True)).solve("list files")
+    result = HeartLoop(client, toolface, lambda q: "", LoopConfig(prefill=True, constrained=False)).solve("list files")
     trace.close()
     assert result.verdict == "PASS"
     assert [m[-1]["content"] for m in sent] == ['{"status": "', '{"status": "READY", "dispatch": [',

@@ -214,7 +214,9 @@ def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     ({"collect": {"envs": ["webshop"]}}, "'collect.envs.0'"),
     ({"eval": {"e2e": [{"limit": -1}]}}, "'eval.e2e.0.limit'"),
     ({"eval": {"e2e": [{"enf": "bfcl"}]}}, "'eval.e2e.0.enf'"),
-    ("run_dir: [unclosed", "not valid YAML"),
+    ("run_dir: [unclosed", "malformed YAML"),  # the one recipe reader's message (heart_distill.recipes)
+    ({"eval": {"e2e": [{"loop": {"max_plan_step": 4}}]}}, "eval.e2e.0.loop: not loop settings: max_plan_step"),
+    ({"eval": {"e2e": [{"loop": {"router_mode": "steps"}}]}}, "eval.e2e.0.loop: router_mode must be one of"),
 ])
 def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
     path = tmp_path / "pipeline.yaml"
@@ -386,3 +388,27 @@ def test_a_library_stage_needs_an_engine_the_library_validates_with(recipe):
     recipe.write_text(yaml.safe_dump({**content, "library": {"roles": ["verifier"]}, "eval": {"engine": "llamacpp:q8_0"}}))
     with pytest.raises(PipelineError, match="library.roles needs eval.engine one of peft, llamacpp"):
         load_pipeline(recipe)
+
+
+def test_an_e2e_runs_loop_section_reaches_heart_eval_e2e_as_the_flags_its_settings_derive(tmp_path):
+    """Typed loop settings in the recipe, flags on the command line: only what differs from the
+    loop's defaults, spelt as ``heart eval e2e`` parses it back to the same LoopConfig."""
+    import argparse
+
+    from heart.settings import LoopConfig
+    from heart_distill.eval import e2e
+
+    recipe = tmp_path / "pipeline.yaml"
+    loop = {"max_plan_steps": 4, "router_mode": "step", "messages": False, "replan_budget": 3}
+    recipe.write_text(yaml.safe_dump({"run_dir": str(tmp_path / "run"),
+                                      "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml")},
+                                      "eval": {"e2e": [{"env": "bfcl", "args": ["--category", "simple"],
+                                                        "loop": loop}]}}))
+    config, folder = load_pipeline(recipe)
+    (command,) = next(s for s in pipeline.stages(config, folder) if s.name == "eval_e2e").commands
+    assert command[command.index("--category"):command.index("--out")] == [
+        "--category", "simple", "--max-plan-steps", "4", "--no-messages", "--router-mode", "step"]  # (YAML key order)
+    parser = argparse.ArgumentParser()
+    e2e.add_arguments(parser)
+    parsed = e2e.config_from_args(parser.parse_args(command[3:]))
+    assert parsed.loop == LoopConfig(**loop)
