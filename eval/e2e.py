@@ -427,19 +427,28 @@ def batching_record(backends: Sequence[Backend | None], configs: Sequence[E2ECon
             seen[id(backend)] = backend
     if not seen:
         return None
-    calls = admissions = steps = row_steps = max_rows = 0
+    calls = admissions = max_rows = 0
+    totals = dict.fromkeys(["steps", "row_steps", "prompt_tokens", "prompt_tokens_computed", "prefill_s", "step_s",
+                            "choose_s"], 0)
     for scheduler in seen.values():
         stats = scheduler.stats()
         calls, admissions = calls + stats.calls, admissions + stats.batches
         engine = getattr(scheduler.inner, "stats", None) or getattr(scheduler.inner, "last_decode_stats", None)
         if engine is not None:
-            steps, row_steps = steps + engine.steps, row_steps + engine.row_steps
+            for key in totals:
+                totals[key] += getattr(engine, key)
             max_rows = max(max_rows, engine.max_running)
     in_flight = min(jobs, sum(episodes_in_flight(c) for c in configs))  # fewer episodes than slots: all at once
+    steps = totals["steps"]
     return {"episodes_in_flight": in_flight, "role_calls": calls,
             "calls_per_admission": round(calls / admissions, 2) if admissions else None,
-            "decode_steps": steps, "rows_per_step": round(row_steps / steps, 2) if steps else None,
-            "max_rows": max_rows}
+            "decode_steps": steps, "rows_per_step": round(totals["row_steps"] / steps, 2) if steps else None,
+            "max_rows": max_rows,
+            # where the engine's time went: prompt tokens computed (the rest came from the prefix
+            # cache), seconds in the model prefilling and stepping, and choosing tokens
+            "prompt_tokens": totals["prompt_tokens"], "prompt_tokens_computed": totals["prompt_tokens_computed"],
+            **{key: round(totals[key], 1) for key in ("prefill_s", "step_s", "choose_s")},
+            "ms_per_step": round(1000 * totals["step_s"] / steps, 1) if steps else None}
 
 
 def _success(rows: list[dict[str, Any]]) -> str:
@@ -555,7 +564,10 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
         if results["throughput"]["batching"] and side is configs[0]:  # one engine for every side: print it once
             b = results["throughput"]["batching"]
             print(f"  engine: {b['role_calls']} role calls, {b['rows_per_step']} rows per decoding step on average "
-                  f"(max {b['max_rows']}), {b['episodes_in_flight']} episodes in flight")
+                  f"(max {b['max_rows']}), {b['episodes_in_flight']} episodes in flight; "
+                  f"{b['prompt_tokens_computed']:,} of {b['prompt_tokens']:,} prompt tokens computed; model "
+                  f"{b['prefill_s']:.0f} s prefilling, {b['step_s']:.0f} s stepping ({b['ms_per_step']} ms a step), "
+                  f"{b['choose_s']:.0f} s choosing tokens, of {results['counts']['wall_s']:.0f} s")
         for item in results["errored"][:5]:
             print(f"  errored: {item['task_id']} seed {item['seed']}: {item['error']}", file=sys.stderr)
         print(f"wrote {Path(side.out) / RESULTS}")

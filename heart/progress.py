@@ -7,7 +7,15 @@ log file holds results rather than thousands of carriage-returned bar frames.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
+
+LIBRARY_BAR_SWITCHES = ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+"""What silences the bars drawn inside transformers (loading, GGUF conversion, saving), the
+hub and datasets: tqdm reads ``TQDM_DISABLE`` as the default of ``disable`` when it is imported;
+the others are the libraries' own switches. Bars that pass ``disable`` themselves (ours) still
+decide by the TTY."""
 
 
 def progress_bar(iterable: Any = None, **kwargs: Any):
@@ -31,3 +39,14 @@ def create_bar_lock() -> None:
     from tqdm import tqdm
 
     tqdm.get_lock()
+
+
+def quiet_library_bars() -> None:
+    """Off a terminal, turn off the progress bars libraries draw unconditionally (a GGUF
+    conversion alone writes 272 frames to a log). Set in the environment, so the processes a
+    command starts (pipeline stages, ``accelerate launch``) inherit it; call it before those
+    libraries are imported. A variable the user set is left as it is."""
+    if sys.stderr.isatty():
+        return
+    for name in LIBRARY_BAR_SWITCHES:
+        os.environ.setdefault(name, "1")

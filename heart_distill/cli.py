@@ -586,8 +586,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from heart.progress import quiet_library_bars
     from heart.user_errors import UserError
 
+    quiet_library_bars()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

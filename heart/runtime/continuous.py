@@ -24,6 +24,8 @@ Greedy only: sampled requests go through ``generate`` (see ``TransformersBackend
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -114,10 +116,21 @@ class DecodeStats:
     """Draft tokens fed for verification (speculative decoding; :mod:`heart.runtime.lookup`)."""
     accepted: int = 0
     """Of those, tokens the row's own greedy choice reproduced (kept in its answer)."""
+    prefill_s: float = 0.0
+    """Seconds in the model computing prompt tokens (prefill passes)."""
+    step_s: float = 0.0
+    """Seconds in the model on decoding steps."""
+    choose_s: float = 0.0
+    """Seconds choosing tokens from logits (grammar masks, sampling): the engine's own Python,
+    while the model waits."""
 
     @property
     def mean_running(self) -> float:
         return self.row_steps / self.steps if self.steps else 0.0
+
+    @property
+    def prompt_tokens_computed(self) -> int:
+        return self.prompt_tokens - self.prefix_tokens_reused
 
 
 class ContinuousDecoder:
@@ -175,7 +188,9 @@ class ContinuousDecoder:
             mask = torch.cat([mask, mask.new_ones(len(running), 1)], dim=1)
             position_ids = torch.tensor([[row.length] for row in running])
             input_ids = torch.tensor([[t] for t in next_tokens])
+            started = time.perf_counter()
             logits = self.forward(input_ids, mask, position_ids, cache, [r.adapter for r in running])
+            self.stats.step_s += time.perf_counter() - started
             for row in running:
                 row.length += 1
             next_tokens = self._choose(running, logits)
@@ -200,11 +215,13 @@ class ContinuousDecoder:
 
     def _choose(self, rows: list[Row], logits: torch.Tensor) -> list[int]:
         """Greedy next token of every row (inside its grammar); appended to each row."""
+        started = time.perf_counter()
         chosen = self.grammar_mask(rows, logits).argmax(dim=-1).tolist()
         for row, token in zip(rows, chosen):
             row.tokens.append(token)
             if row.matcher is not None and not row.matcher.is_terminated():
                 row.matcher.accept_token(token)
+        self.stats.choose_s += time.perf_counter() - started
         return chosen
 
     # -- joining and leaving -------------------------------------------------------------
@@ -242,7 +259,9 @@ class ContinuousDecoder:
                             torch.cat([left(prefix[layer][1], n) for prefix, n in zip(prefixes, kept)]),
                             spare=width)
                 for layer in range(len(like))])
+        started = time.perf_counter()
         logits = self.forward(input_ids, mask, position_ids, cache, [r.adapter for r in rows])
+        self.stats.prefill_s += time.perf_counter() - started
         self._choose(rows, logits)
         self.stats.prefills += 1
         self.stats.prefix_tokens_reused += sum(kept)

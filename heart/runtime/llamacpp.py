@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -357,7 +358,9 @@ class LlamaCppBackend(AdapterEngine):
             firsts.append(len(entries))
             lengths.append(len(context.cached[row.slot]))
             entries += [(token, row.slot, True) for token in [row.tokens[-1], *draft]]
+        started = time.perf_counter()
         context.decode(entries)
+        self.stats.step_s += time.perf_counter() - started
         for row, draft, first, length in zip(rows, drafts, firsts, lengths):
             taken = 0
             for i in range(len(draft) + 1):
@@ -389,6 +392,7 @@ class LlamaCppBackend(AdapterEngine):
         role, 15,863 tokens computed against 18,207 when only system prompts were shared).
         """
         computed, done, logits = 0, [], []
+        started = time.perf_counter()
         for row in rows:  # one sequence per decode call: llama.cpp splits a batch by stream anyway
             context.reuse(row.slot, row.prompt_ids, [other.slot for other in done])
             rest = row.prompt_ids[len(context.cached[row.slot]):]
@@ -398,6 +402,7 @@ class LlamaCppBackend(AdapterEngine):
                 context.decode([(token, row.slot, start + i == len(rest) - 1) for i, token in enumerate(chunk)])
             done.append(row)
             logits.append(context.logits(len(chunk) - 1))
+        self.stats.prefill_s += time.perf_counter() - started
         self.stats.prompt_tokens += sum(len(row.prompt_ids) for row in rows)
         self.stats.prefix_tokens_reused += sum(len(row.prompt_ids) for row in rows) - computed
         self._choose(done, logits)
@@ -413,6 +418,7 @@ class LlamaCppBackend(AdapterEngine):
         torch operator here would wake torch's OpenMP threads, which then spin on the two
         cores llama.cpp's own threads are computing on.
         """
+        started = time.perf_counter()
         for row, scores in zip(rows, logits):
             constrained = row.matcher is not None and not row.matcher.is_terminated()
             if constrained:
@@ -429,6 +435,7 @@ class LlamaCppBackend(AdapterEngine):
                 row.lookup.extend([token])
             if constrained:
                 row.matcher.accept_token(token)
+        self.stats.choose_s += time.perf_counter() - started
 
     def _fill_bitmask(self, matcher) -> None:
         """Write the tokens ``matcher`` allows next into the reused one-row bitmask."""
