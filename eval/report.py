@@ -310,7 +310,8 @@ def plot_lift(figures: dict[str, Any], path: Path) -> bool:
     ax.set_xticks(range(len(values)), labels, fontsize=7)
     ax.set_ylabel("lift (points)")
     ax.set_title("End-to-end lift per distilled run (seed)")
-    ax.legend(fontsize=8)
+    if "mean_lift" in figures:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -41,12 +41,21 @@ def create_bar_lock() -> None:
     tqdm.get_lock()
 
 
+def quiet_console() -> bool:
+    """Whether library chatter stays off the console: stderr is not a terminal and
+    ``HEART_VERBOSE`` is not set."""
+    from heart.runtime.llamacpp_log import verbose
+
+    return not sys.stderr.isatty() and not verbose()
+
+
 def quiet_library_bars() -> None:
     """Off a terminal, turn off the progress bars libraries draw unconditionally (a GGUF
     conversion alone writes 272 frames to a log). Set in the environment, so the processes a
     command starts (pipeline stages, ``accelerate launch``) inherit it; call it before those
-    libraries are imported. A variable the user set is left as it is."""
-    if sys.stderr.isatty():
+    libraries are imported. A variable the user set is left as it is; ``HEART_VERBOSE=1``
+    keeps the bars."""
+    if not quiet_console():
         return
     for name in LIBRARY_BAR_SWITCHES:
         os.environ.setdefault(name, "1")

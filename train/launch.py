@@ -40,6 +40,8 @@ def role_command(recipes: str | list[str], accelerate_config: str | None, overri
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
     if accelerate_config:
         accelerate += ["--config_file", accelerate_config]
+    if _device_count() == 0:  # accelerate picks the same number for a CPU run, with a warning that it did
+        accelerate += ["--num_cpu_threads_per_process", str(len(os.sched_getaffinity(0)))]
     recipe_args = [arg for recipe in ([recipes] if isinstance(recipes, str) else recipes) for arg in ("--recipe", recipe)]
     return [*accelerate, "-m", "heart_distill.train.sft", *recipe_args, *overrides]
 

@@ -20,8 +20,10 @@ import json
 import resource
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
+from heart.progress import quiet_console, quiet_library_bars
 from heart_distill.train.config import RecipeError, load_recipe, role_overrides
 
 
@@ -33,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*",
                         help="section.key=value, e.g. sft.max_steps=5; '{role}' in a value is each recipe's role")
     args = parser.parse_args(argv)
+    quiet_library_bars()
+    # peft reads a model's is_gradient_checkpointing, which transformers 5 deprecates in favour
+    # of is_activation_checkpointing: a note between two libraries, nothing a recipe can change
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
     recipes = []
     for path in args.recipe:  # everything a recipe can get wrong fails here, before anything is loaded or written
         try:
@@ -52,6 +58,7 @@ def train_role(recipe) -> int:
     import torch
     from peft import LoraConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
     from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig, SFTTrainer
 
@@ -90,6 +97,7 @@ def train_role(recipe) -> int:
     if lora.init_from:  # continue an adapter of the same base (checked at load)
         model, peft_config = PeftModel.from_pretrained(model, lora.init_from, is_trainable=True), None
 
+    quiet = quiet_console()
     config = SFTConfig(
         # drop_overlong already enforced max_length (dropping, not truncating); padding-free batches
         # refuse a max_length they cannot enforce themselves, so they get None.
@@ -99,13 +107,15 @@ def train_role(recipe) -> int:
         per_device_eval_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
         logging_steps=s.logging_steps, logging_first_step=True, save_steps=s.save_steps,
         save_total_limit=s.save_total_limit, eval_strategy="steps" if s.eval_steps and "validation" in splits else "no",
-        eval_steps=s.eval_steps or None, seed=s.seed, bf16=s.bf16, gradient_checkpointing=s.gradient_checkpointing,
+        eval_steps=s.eval_steps or None, seed=s.seed, bf16=s.bf16, activation_checkpointing=s.gradient_checkpointing,
         use_cpu=s.use_cpu, include_num_input_tokens_seen="non_padding", report_to="none",
-        padding_free=s.padding_free,
+        padding_free=s.padding_free, disable_tqdm=quiet,
     )
     score_labelled_positions_only(s.head_on_labels_only)
     trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
                          processing_class=tokenizer, peft_config=peft_config)
+    if quiet:  # off a terminal the per-step logs go to the adapter's training history, not the console
+        trainer.remove_callback(PrinterCallback)
     checkpoint = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
     start_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
     tokens_before = json.loads((Path(checkpoint) / "trainer_state.json").read_text()).get(

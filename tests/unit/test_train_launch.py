@@ -27,6 +27,8 @@ def test_runs_roles_in_order_through_accelerate(tmp_path, monkeypatch):
 
     started = []
     monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or 0)
+    monkeypatch.setattr(launch, "_device_count", lambda: 0)  # a CPU machine, whatever this one has
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     for role in ("planner", "router"):
         write_synthetic_role_dataset(tmp_path, role, 2, 1, compact=True)
     # one override per role would need per-role values; the dataset_dir override is shared here
@@ -34,7 +36,8 @@ def test_runs_roles_in_order_through_accelerate(tmp_path, monkeypatch):
     (command,) = started
     assert command[1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
     assert command[4].endswith("recipes/smollm2-135m/../accelerate/cpu.yaml")
-    assert command[5:9] == ["-m", "heart_distill.train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
+    assert command[5:7] == ["--num_cpu_threads_per_process", "3"]  # said, so accelerate need not warn it chose
+    assert command[7:11] == ["-m", "heart_distill.train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
     assert command[-1] == f"data.dataset_dir={tmp_path}/planner"
 
 
