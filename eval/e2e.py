@@ -557,7 +557,8 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
         print(f"  {results['label']}: success {Estimate(**results['figures']['success_rate']).format(100)} over "
               f"tasks; {counts['errored']}/{counts['episodes']} episodes errored")
         for k, p in results["pass_hat_k"].items():
-            print(f"  pass^{k} {100 * p['value']:.1f} (n={p['n']} tasks)")
+            if int(k) > 1:  # pass^1 is the success rate just printed
+                print(f"  pass^{k} {100 * p['value']:.1f} (n={p['n']} tasks)")
         if "clarification_precision" in results["figures"]:
             print(f"  clarification precision {Estimate(**results['figures']['clarification_precision']).format(100)}, "
                   f"recall {Estimate(**results['figures']['clarification_recall']).format(100)}")

@@ -52,6 +52,17 @@ STAGE_ENV = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0
 follows it, and a content-addressed stage must produce the same bytes from the same inputs."""
 
 
+def stage_env(run: Path) -> dict[str, str]:
+    """:data:`STAGE_ENV`, with llama.cpp's and the converters' output going to the run folder's
+    ``heart.log`` (unless ``HEART_LOG_FILE`` names another), which the pipeline names once."""
+    from heart.runtime import llamacpp_log
+
+    env = dict(STAGE_ENV)
+    env.setdefault(llamacpp_log.LOG_FILE_ENV, str((run / "heart.log").resolve()))
+    env[llamacpp_log.NAMED_ENV] = env[llamacpp_log.LOG_FILE_ENV]
+    return env
+
+
 class PipelineError(ValueError):
     """A pipeline recipe or invocation that cannot run; the message names what is wrong."""
 
@@ -448,7 +459,7 @@ def run_stage(run: Path, stage: Stage, key: str, continuing: bool = False) -> tu
         processes = []
         for command in batch:
             print(f"pipeline: {stage.name}: $ {' '.join(command)}", file=sys.stderr, flush=True)
-            processes.append((command, subprocess.Popen(_argv(command), env=STAGE_ENV)))
+            processes.append((command, subprocess.Popen(_argv(command), env=stage_env(run))))
         failed = [(command, status) for command, process in processes if (status := process.wait()) != 0]
         for command, status in failed:
             print(f"pipeline: {stage.name}: failed ({' '.join(command[:3])} exited {status})", file=sys.stderr)
@@ -485,6 +496,8 @@ def run_pipeline(recipe: str | Path, only: list[str] | None = None, until: str |
     report_path = run / "pipeline.json"
     timings = json.loads(report_path.read_text())["stages"] if report_path.is_file() else {}
     total = time.perf_counter()
+    print(f"pipeline: llama.cpp's and the converters' output goes to "
+          f"{stage_env(run)['HEART_LOG_FILE']} (HEART_VERBOSE=1 shows it here)", file=sys.stderr, flush=True)
     for index, stage in enumerate(chosen, 1):
         head = f"pipeline: [{index}/{len(chosen)}] {stage.name}"
         key = stage_key(stage)
@@ -503,15 +516,17 @@ def run_pipeline(recipe: str | Path, only: list[str] | None = None, until: str |
             why = ("" if interrupted is None else " (an interrupted run had another key)" if interrupted != key
                    else " (--force: an interrupted run is not continued)" if force
                    else " (an interrupted run of this stage is not continued)")
-            print(f"{head}: running from empty outputs (key {key[7:19]}){why}", file=sys.stderr, flush=True)
+            if stage.commands:
+                print(f"{head}: running from empty outputs (key {key[7:19]}){why}", file=sys.stderr, flush=True)
         status, wall = run_stage(run, stage, key, continuing)
+        if not stage.commands:
+            print(f"{head}: nothing to run in this recipe", file=sys.stderr, flush=True)
         timings[stage.name] = {"wall_s": round(wall, 1), "skipped": False, "last_run_wall_s": round(wall, 1),
                                "continued": continuing}
         run.mkdir(parents=True, exist_ok=True)
         report_path.write_text(json.dumps({"recipe": str(recipe), "stages": timings}, indent=2) + "\n")
         if status != 0:
             return status
-        print(f"{head}: done in {wall:.0f} s", file=sys.stderr, flush=True)
     elapsed = time.perf_counter() - total
     report_path.write_text(json.dumps({"recipe": str(recipe), "stages": timings,
                                        "last_invocation_wall_s": round(elapsed, 1)}, indent=2) + "\n")

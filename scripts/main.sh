@@ -9,5 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
-.venv/bin/heart models prepare smollm2-135m
+.venv/bin/heart models prepare smollm2-135m >/dev/null  # its stdout is the folder; what it does goes to stderr
 .venv/bin/heart pipeline --recipe recipes/smollm2-135m/pipeline.yaml "$@"

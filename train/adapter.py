@@ -176,7 +176,7 @@ answers with the role's JSON object. Trained with TRL SFT on the assistant token
   {"(serve it with the role's SHORT_SYSTEM_PROMPT)" if manifest['system_prompt'] == 'short' else ''}
 - Over-long examples dropped (longer than {data.get('max_length')} tokens; never truncated):
   {_dropped(data)}
-- Full provenance, recipe and package versions: `manifest.json`; loss curves: `loss.png`.
+- Full provenance, recipe, package versions and the trainer's log history: `manifest.json`; loss curves: `loss.png`.
 
 ## Metrics
 
@@ -207,6 +207,9 @@ vllm serve {base['path']} --enable-lora --max-lora-rank {max(8, lora['r'])} \\
 
 
 def write_adapter_folder(out: Path, manifest: dict[str, Any], log_history: list[dict[str, Any]]) -> None:
+    # the trainer's log history (loss, grad norm, learning rate per logged step) in full: off a
+    # terminal it is not printed, and the checkpoints that held it are removed
+    manifest = {**manifest, "log_history": log_history}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     (out / "README.md").write_text(adapter_card(manifest, out))
     plot_loss(log_history, out / "loss.png", f"{manifest['role']} on {manifest['base_model']['name']}")

@@ -16,7 +16,7 @@ for the person running ``heart``, and it buries what is. So:
 The log file is ``$HEART_LOG_FILE`` if set (a pipeline can point all its stages at one file
 in its run folder), else ``<$HEART_CACHE>/logs/heart.log`` (:func:`heart.default_cache_dir`,
 where the models and GGUF files are cached). Each process says once, on stderr, where its log
-goes. ``HEART_VERBOSE=1`` keeps everything on the console instead, debug messages included.
+goes (``heart pipeline`` says it once for all its stages: their log is ``<run_dir>/heart.log``). ``HEART_VERBOSE=1`` keeps everything on the console instead, debug messages included.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ from heart import default_cache_dir
 
 LOG_FILE_ENV = "HEART_LOG_FILE"
 VERBOSE_ENV = "HEART_VERBOSE"
+NAMED_ENV = "HEART_LOG_NAMED"
+"""Set by a parent that has already told the user where the log goes (``heart pipeline``, for
+all its stages): a process whose log is that path does not say it again."""
 TAIL_LINES = 20
 """Lines of a failed conversion's output its error message quotes."""
 
@@ -77,6 +80,8 @@ def _log_file() -> IO[str]:
             _log = (path, open(path, "a", encoding="utf-8", errors="replace", buffering=1))
         if path not in _announced:
             _announced.add(path)
+            if os.environ.get(NAMED_ENV) == str(path):
+                return _log[1]
             print(f"heart: llama.cpp's output goes to {path} ({VERBOSE_ENV}=1 shows it here)",
                   file=sys.stderr, flush=True)
         return _log[1]

@@ -124,3 +124,12 @@ def test_llama_cpps_own_log_goes_to_the_file_and_its_errors_to_stderr_too(fresh_
     log = fresh_log.read_text()
     assert "an INFO line" in log and "DEBUG" not in log and "its continuation" not in log
     assert capfd.readouterr().err == ""
+
+
+def test_a_log_its_parent_already_named_is_not_announced_again(fresh_log, tmp_path, monkeypatch, capfd):
+    """``heart pipeline`` names its run folder's log once; its stages' processes stay quiet about it."""
+    monkeypatch.setenv(llamacpp_log.NAMED_ENV, str(fresh_log))
+    files = gguf_files.lora_ggufs(_converter(tmp_path, monkeypatch, lines=3, status=0), tmp_path / "base")
+    assert files["planner"].read_bytes() == b"GGUF"
+    assert capfd.readouterr() == ("", "")
+    assert "INFO:lora-to-gguf:line 2" in fresh_log.read_text()
