@@ -57,10 +57,12 @@ class OnlyTokens:
 def _backend(vocab: int):
     from types import SimpleNamespace
 
+    from heart.runtime.continuous import DecodeStats
     from heart.runtime.llamacpp import LlamaCppBackend
 
-    backend = LlamaCppBackend.__new__(LlamaCppBackend)  # _choose needs the vocabulary size and a bitmask only
+    backend = LlamaCppBackend.__new__(LlamaCppBackend)  # _choose needs the vocabulary size, a bitmask and its timers
     backend.chat, backend._bitmask = SimpleNamespace(vocab_size=vocab), None
+    backend.stats = DecodeStats()
     return backend
 
 
