@@ -17,6 +17,10 @@ How it is laid out:
 * **Continuous batching**, as in :mod:`heart.runtime.continuous`: each context has
   ``max_batch_size`` sequence slots; a row leaves the step it emits a stop token or reaches
   its budget, and waiting calls are prefilled together and join at the next step.
+* **Rows in consecutive slots.** Without a unified cache llama.cpp decodes only sequences
+  with consecutive ids in one micro-batch, so a step feeds its rows in slot order and a new
+  row takes the free slot that keeps the busy ones consecutive, copying its prefix from
+  whichever slot holds it (:meth:`_RoleContext.claim`).
 * **Prefix reuse for free.** A slot keeps the keys and values of its last call. A new call
   takes the free slot whose cached tokens share the longest prefix with its prompt (at least
   the role's system prompt, often more), and only the rest is prefilled; calls admitted
@@ -107,7 +111,7 @@ class LlamaRow:
 class _RoleContext:
     """A llama.cpp context with one adapter (or none) and ``slots`` sequence slots."""
 
-    def __init__(self, model, lora, slots: int, slot_tokens: int, threads: int):
+    def __init__(self, model, lora, slots: int, slot_tokens: int, threads: int, contiguous: bool = True):
         import llama_cpp
         from llama_cpp import _internals
 
@@ -131,19 +135,34 @@ class _RoleContext:
         self.cached: list[list[int]] = [[] for _ in range(slots)]
         """The tokens whose keys and values each slot holds."""
         self.busy = [False] * slots
+        self.contiguous = contiguous
+        """Whether :meth:`claim` keeps busy slots in runs of consecutive ids (see there)."""
         self.n_vocab = model.n_vocab()
 
     def claim(self, prompt: list[int]) -> tuple[int, int] | None:
         """(a free slot, how many leading prompt tokens it now holds), or None when all are busy.
 
-        The slot is the free one whose cached tokens share the longest prefix with the prompt;
-        when another slot (busy or not) shares a longer one, that prefix is copied over
-        (:meth:`reuse`) instead of computed again.
+        The slot is the free one that leaves the busy slots in the fewest runs of consecutive
+        ids (with ``contiguous``; otherwise any), then the one whose cached tokens share the
+        longest prefix with the prompt; when another slot (busy or not) shares a longer one,
+        that prefix is copied over (:meth:`reuse`) instead of computed again.
+
+        Why runs: without a unified cache, llama.cpp puts into one micro-batch only sequences
+        whose ids follow each other (``split_equal(…, sequential=true)``), and each micro-batch
+        reads all the weights. Eight rows in slots 0, 2, …, 14 decoded in 97.8 ms a step
+        against 51.0 ms in slots 0-7 (f16, 500-token contexts; 12.4 ms for one row). Choosing
+        slots by cached prefix alone scattered an engine's rows: 5.6 rows a step cost ~35 ms
+        per row, as if decoded one at a time (``bench/results/e2e_throughput.json``).
         """
         free = [slot for slot, busy in enumerate(self.busy) if not busy]
         if not free:
             return None
-        slot = max(free, key=lambda s: _common_prefix(self.cached[s], prompt))
+
+        def preference(s: int) -> tuple[int, int, int]:
+            runs = _runs([b or i == s for i, b in enumerate(self.busy)]) if self.contiguous else 0
+            return -runs, _common_prefix(self.cached[s], prompt), -s
+
+        slot = max(free, key=preference)
         self.reuse(slot, prompt, range(len(self.cached)))
         self.busy[slot] = True
         return slot, len(self.cached[slot])
@@ -214,6 +233,10 @@ class LlamaCppBackend(AdapterEngine):
     many tokens a greedy row may draft from its own context each step (:mod:`heart.runtime.lookup`;
     0 decodes one token per step).
     """
+
+    contiguous_slots = True
+    """Whether rows take slots that keep each context's busy slots consecutive (:meth:`_RoleContext.claim`);
+    ``bench/e2e_throughput.py`` turns it off for the runner it compares against."""
 
     def __init__(self, model: str = DEFAULT_MODEL, adapters: dict[str, str] | None = None, weights: str = "f32",
                  max_batch_size: int = 8, slot_tokens: int = 2048, threads: int | None = None,
@@ -295,7 +318,7 @@ class LlamaCppBackend(AdapterEngine):
     def _context(self, adapter: str) -> _RoleContext:
         if adapter not in self._contexts:
             self._contexts[adapter] = _RoleContext(self._model, self._loras.get(adapter), self.max_batch_size,
-                                                   self.slot_tokens, self.threads)
+                                                   self.slot_tokens, self.threads, self.contiguous_slots)
         return self._contexts[adapter]
 
     # -- the loop ------------------------------------------------------------------------
@@ -351,6 +374,7 @@ class LlamaCppBackend(AdapterEngine):
         # Drafts pay off while a call's fixed cost dominates (few rows); in a full batch every
         # entry costs compute, and rejected drafts are waste: room shrinks with the rows (and a
         # call never holds more than max(rows, DRAFT_ENTRIES) entries, within the batch's size).
+        rows = sorted(rows, key=lambda row: row.slot)  # increasing sequence ids: one micro-batch per run (claim)
         room = max(0, DRAFT_ENTRIES // len(rows) - 1)
         drafts = [self._draft(row, context, room) for row in rows]
         entries, firsts, lengths = [], [], []
@@ -454,6 +478,11 @@ class LlamaCppBackend(AdapterEngine):
         """The last filled bitmask as a boolean vector over the vocabulary."""
         bits = np.unpackbits(self._bitmask_words.view(np.uint8), bitorder="little")
         return bits[:self.chat.vocab_size].astype(bool)
+
+
+def _runs(busy: list[bool]) -> int:
+    """How many runs of consecutive busy slots there are (what llama.cpp decodes as separate micro-batches)."""
+    return sum(1 for i, b in enumerate(busy) if b and (i == 0 or not busy[i - 1]))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -103,6 +103,30 @@ def test_calls_prefilled_together_compute_their_common_prefix_once(adapters, ref
 
 
 @pytest.mark.slow
+def test_rows_joining_freed_slots_decode_in_slot_order_to_peft_answers(adapters, reference, monkeypatch):
+    """Six planner calls through three slots: rows leave at different steps and waiting ones take
+    the freed slots (copying their prefix from wherever it is cached); every decoding call feeds
+    its rows by increasing slot (llama.cpp's one micro-batch per run), and the answers stay peft's."""
+    from heart.runtime.llamacpp import LlamaCppBackend, _RoleContext
+
+    fed: list[list[int]] = []
+    decode = _RoleContext.decode
+
+    def recording(self, entries):
+        fed.append([slot for _, slot, _ in entries])
+        decode(self, entries)
+
+    monkeypatch.setattr(_RoleContext, "decode", recording)
+    fresh = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=3, threads=THREADS)
+    long_, short = _requests()[2], _requests()[1]  # 14 and 10 new tokens
+    got = fresh.generate_batch([long_, short, long_, short, long_, short])
+    assert [g.text for g in got] == [reference[2].text, reference[1].text] * 3
+    steps = [slots for slots in fed if len(set(slots)) > 1]  # calls with several rows (prefill: one row a call)
+    assert steps and all(slots == sorted(slots) for slots in steps)
+    assert fresh.stats.prefix_tokens_reused > 0
+
+
+@pytest.mark.slow
 def test_concurrent_clients_through_the_scheduler_get_peft_answers(backend, reference):
     from heart.runtime.scheduler import BatchingBackend
 
