@@ -7,10 +7,12 @@ A decoding step feeds one token per row to one ``llama_decode`` call of one role
 weights, read once per micro-batch; attention, each row over its own context; and how
 llama.cpp splits the call into micro-batches. Without a unified cache it puts into one
 micro-batch only sequences whose ids follow each other, so rows in slots 0, 1, 2, 3 share
-one weight pass and rows in slots 0, 2, 4, 6 pay four. Each cell fills ``--rows`` slots
-(``consecutive``: 0..rows-1; ``spread``: every other slot) with ``--contexts`` random tokens,
-then times ``--steps`` decoding calls of one token per row, fed in slot order, on the
-unadapted embedded base. Cells run one after another in one process: the figures to
+one weight pass and rows in slots 0, 2, 4, 6 pay four; and it takes the same number of
+tokens from each sequence into a micro-batch, so one row feeding a draft splits the call
+again. Each cell fills ``--rows`` slots (``consecutive``: 0..rows-1; ``spread``: every other
+slot; ``one-drafts``: consecutive, the first row feeding its last token and a
+``DRAFT_TOKENS``-token draft) with ``--contexts`` random tokens, then times ``--steps``
+decoding calls of one token per row, fed in slot order, on the unadapted embedded base. Cells run one after another in one process: the figures to
 compare are ratios across cells.
 
 Prints a table and writes it under its provenance stamp to ``--out`` (default
@@ -32,16 +34,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "decode_context.json"
-LAYOUTS = ("consecutive", "spread")
+LAYOUTS = ("consecutive", "spread", "one-drafts")
 
 
 def slots_of(layout: str, rows: int) -> list[int]:
-    return list(range(rows)) if layout == "consecutive" else list(range(0, 2 * rows, 2))
+    return list(range(0, 2 * rows, 2)) if layout == "spread" else list(range(rows))
 
 
 def main(argv: list[str] | None = None) -> int:
     from heart.argtypes import positive_int
-    from heart.runtime.llamacpp import BATCH_TOKENS, LlamaCppBackend, _RoleContext
+    from heart.runtime.llamacpp import BATCH_TOKENS, DRAFT_TOKENS, LlamaCppBackend, _RoleContext
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contexts", type=positive_int, nargs="+", default=[500, 1000, 2000])
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     run_stamp = stamp(argv, __file__)
 
     backend = LlamaCppBackend(weights=args.weights, draft_tokens=0)
-    slot_tokens = max(args.contexts) + args.steps + 1
+    slot_tokens = max(args.contexts) + args.steps + DRAFT_TOKENS + 1
     context = _RoleContext(backend._model, None, 2 * max(args.rows), slot_tokens, backend.threads)
     rng = random.Random(0)
     vocab = range(1000, backend.chat.vocab_size - 1000)
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             for layout in args.layouts:
                 if rows == 1 and layout == "spread":
                     continue  # one row sits in one slot either way
+                fed = [1 + DRAFT_TOKENS if layout == "one-drafts" and i == 0 else 1 for i in range(rows)]
                 slots = slots_of(layout, rows)
                 for slot in slots:  # a fresh context of `length` tokens in each slot
                     context.truncate(slot, 0)
@@ -72,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                         context.decode([(t, slot, False) for t in tokens[start:start + BATCH_TOKENS]])
                 started = time.perf_counter()
                 for _ in range(args.steps):
-                    context.decode([(rng.choice(vocab), slot, True) for slot in slots])
+                    context.decode([(rng.choice(vocab), slot, True) for slot, n in zip(slots, fed) for _ in range(n)])
+                    if fed[0] > 1:  # the draft rejected: its row's context stays as long as the others'
+                        context.truncate(slots[0], len(context.cached[slots[0]]) - DRAFT_TOKENS)
                 ms = 1000 * (time.perf_counter() - started) / args.steps
                 cell = {"context_tokens": length, "rows": rows, "layout": layout, "slots": slots,
                         "ms_per_step": round(ms, 1), "ms_per_row_step": round(ms / rows, 1)}

@@ -29,10 +29,10 @@ How it is laid out:
   row whose last 3 tokens occurred before (in its prompt or its answer) feeds the tokens that
   followed them, up to ``DRAFT_TOKENS``, with its last token in the same call, and keeps the
   longest prefix its own masked argmax reproduces: the same answer in fewer calls. A call's
-  cost grows with the tokens it feeds, so drafting is limited to calls with few rows
-  (``DRAFT_ENTRIES``): it buys most where calls come one or a few at a time (the loop,
-  ``heart serve``, concurrent episodes: 10 BFCL episodes and the pipeline's e2e stage, see
-  docs/performance.md) and nothing in a full batch. Sampled rows do not draft.
+  cost grows with the tokens it feeds, and a draft beside other rows splits the call
+  (``DRAFT_ROWS``), so a row drafts only when it decodes alone in its context: where calls
+  come one at a time (the loop, ``heart serve``, the tail of an evaluation). Sampled rows do
+  not draft.
 * **Quiet.** llama.cpp's load and adapter logs go to a log file, its errors also to stderr
   (:mod:`heart.runtime.llamacpp_log`; ``HEART_VERBOSE=1``: all of it to the console).
 * **Same inputs as every other engine.** Prompts are rendered and tokenised by the base's
@@ -79,12 +79,13 @@ DRAFT_NGRAM = 3
 """A row drafts only after its last 3 tokens occurred before. On 16 held-out role calls one at
 a time (f16), 63% of such 4-token drafts' tokens were kept, against 18% for 6-token drafts
 after any repeated 1-3 tokens; a kept token must pay for the rejected ones (below)."""
-DRAFT_ENTRIES = 16
-"""Entries (rows' last tokens plus drafts) a decoding call may reach by drafting. Measured on
-one SmolLM2 sequence of 500 tokens (f16): a call of 1 token 24 ms, 2 tokens 41 ms, 4 48 ms,
-8 65 ms, 16 93 ms; so a draft costs ~17 ms plus ~4 ms a token and saves ~24 ms per kept
-token. It pays while a call holds few rows; in a full batch every entry is compute, and
-drafting stops."""
+DRAFT_ROWS = 1
+"""Most rows a decoding call may hold for its rows to draft. A draft pays where the call's
+weight pass dominates: one SmolLM2 row of 500 tokens (f16) decodes in 11.8 ms, 26.9 ms with a
+4-token draft, and ~2.5 of the 4 are kept. With several rows it costs more than it saves:
+llama.cpp takes the same number of tokens from every sequence into a micro-batch, so one
+row's draft splits the call, and 4 rows took 56.9 ms with one row drafting against 26.3 ms
+without (``bench/results/decode_context.json``)."""
 
 
 
@@ -371,11 +372,8 @@ class LlamaCppBackend(AdapterEngine):
         """One decoding call for ``rows``: each feeds its last token and its draft, and keeps
         the draft's longest prefix that its own greedy choices reproduce, plus the token
         chosen after it. Without drafts, one token per row, as plain decoding."""
-        # Drafts pay off while a call's fixed cost dominates (few rows); in a full batch every
-        # entry costs compute, and rejected drafts are waste: room shrinks with the rows (and a
-        # call never holds more than max(rows, DRAFT_ENTRIES) entries, within the batch's size).
         rows = sorted(rows, key=lambda row: row.slot)  # increasing sequence ids: one micro-batch per run (claim)
-        room = max(0, DRAFT_ENTRIES // len(rows) - 1)
+        room = self.draft_tokens if len(rows) <= DRAFT_ROWS else 0  # see DRAFT_ROWS
         drafts = [self._draft(row, context, room) for row in rows]
         entries, firsts, lengths = [], [], []
         for row, draft in zip(rows, drafts):

@@ -10,7 +10,7 @@ choices agree with (``LlamaCppBackend``): the answer is the one token-by-token d
 gives, in fewer calls. On a pipeline run's held-out role answers (re-tokenised, n-grams of
 3 down to 1, 8-token drafts) that would be 2.0 (Primitive) to 4.4 (base Planner) answer
 tokens per call; what it buys on a CPU is smaller, because a call's cost grows with the
-tokens it feeds (``heart.runtime.llamacpp.DRAFT_ENTRIES``).
+tokens it feeds, and beside other rows a draft splits the call (``heart.runtime.llamacpp.DRAFT_ROWS``).
 
 This is vLLM's ``ngram`` speculative method / transformers' ``prompt_lookup_num_tokens``,
 kept incremental: an index from each n-gram to where its latest occurrence continues, updated

@@ -106,7 +106,8 @@ def test_calls_prefilled_together_compute_their_common_prefix_once(adapters, ref
 def test_rows_joining_freed_slots_decode_in_slot_order_to_peft_answers(adapters, reference, monkeypatch):
     """Six planner calls through three slots: rows leave at different steps and waiting ones take
     the freed slots (copying their prefix from wherever it is cached); every decoding call feeds
-    its rows by increasing slot (llama.cpp's one micro-batch per run), and the answers stay peft's."""
+    its rows by increasing slot (llama.cpp's one micro-batch per run), one token each, and the
+    answers stay peft's."""
     from heart.runtime.llamacpp import LlamaCppBackend, _RoleContext
 
     fed: list[list[int]] = []
@@ -123,6 +124,7 @@ def test_rows_joining_freed_slots_decode_in_slot_order_to_peft_answers(adapters,
     assert [g.text for g in got] == [reference[2].text, reference[1].text] * 3
     steps = [slots for slots in fed if len(set(slots)) > 1]  # calls with several rows (prefill: one row a call)
     assert steps and all(slots == sorted(slots) for slots in steps)
+    assert all(len(slots) == len(set(slots)) for slots in steps)  # no row drafts beside others (DRAFT_ROWS)
     assert fresh.stats.prefix_tokens_reused > 0
 
 
