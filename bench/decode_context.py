@@ -3,7 +3,7 @@
     python bench/decode_context.py [--contexts 500 1000 2000] [--rows 1 4 8 16] [--steps 16]
 
 A decoding step feeds one token per row to one ``llama_decode`` call of one role context
-(:class:`heart.runtime.llamacpp._RoleContext`). Its time has three parts this separates: the
+(:class:`heart.runtime.llamacpp.RoleContext`). Its time has three parts this separates: the
 weights, read once per micro-batch; attention, each row over its own context; and how
 llama.cpp splits the call into micro-batches. Without a unified cache it puts into one
 micro-batch only sequences whose ids follow each other, so rows in slots 0, 1, 2, 3 share
@@ -41,9 +41,8 @@ def slots_of(layout: str, rows: int) -> list[int]:
     return list(range(0, 2 * rows, 2)) if layout == "spread" else list(range(rows))
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     from heart.argtypes import positive_int
-    from heart.runtime.llamacpp import BATCH_TOKENS, DRAFT_TOKENS, LlamaCppBackend, _RoleContext
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contexts", type=positive_int, nargs="+", default=[500, 1000, 2000])
@@ -52,12 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=positive_int, default=16)
     parser.add_argument("--weights", default="f16")
     parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from heart.runtime.llamacpp import BATCH_TOKENS, DRAFT_TOKENS, LlamaCppBackend, RoleContext
+
+    args = build_parser().parse_args(argv)
     run_stamp = stamp(argv, __file__)
 
     backend = LlamaCppBackend(weights=args.weights, draft_tokens=0)
     slot_tokens = max(args.contexts) + args.steps + DRAFT_TOKENS + 1
-    context = _RoleContext(backend._model, None, 2 * max(args.rows), slot_tokens, backend.threads)
+    context = RoleContext(backend._model, None, 2 * max(args.rows), slot_tokens, backend.threads)
     rng = random.Random(0)
     vocab = range(1000, backend.chat.vocab_size - 1000)
     cells = []

@@ -20,7 +20,7 @@ How it is laid out:
 * **Rows in consecutive slots.** Without a unified cache llama.cpp decodes only sequences
   with consecutive ids in one micro-batch, so a step feeds its rows in slot order and a new
   row takes the free slot that keeps the busy ones consecutive, copying its prefix from
-  whichever slot holds it (:meth:`_RoleContext.claim`).
+  whichever slot holds it (:meth:`RoleContext.claim`).
 * **Prefix reuse for free.** A slot keeps the keys and values of its last call. A new call
   takes the free slot whose cached tokens share the longest prefix with its prompt (at least
   the role's system prompt, often more), and only the rest is prefilled; calls admitted
@@ -101,7 +101,7 @@ class LlamaRow:
     meta: dict = field(default_factory=dict)
     tokens: list[int] = field(default_factory=list)
     slot: int = -1
-    context: "_RoleContext | None" = None
+    context: "RoleContext | None" = None
     rng: np.random.Generator | None = None
     error: str | None = None
     """Set when the row cannot run (a prompt longer than a slot): it answers empty at once."""
@@ -109,7 +109,7 @@ class LlamaRow:
     """Prompt and answer so far, for drafts (greedy rows when speculation is on)."""
 
 
-class _RoleContext:
+class RoleContext:
     """A llama.cpp context with one adapter (or none) and ``slots`` sequence slots."""
 
     def __init__(self, model, lora, slots: int, slot_tokens: int, threads: int, contiguous: bool = True):
@@ -236,7 +236,7 @@ class LlamaCppBackend(AdapterEngine):
     """
 
     contiguous_slots = True
-    """Whether rows take slots that keep each context's busy slots consecutive (:meth:`_RoleContext.claim`);
+    """Whether rows take slots that keep each context's busy slots consecutive (:meth:`RoleContext.claim`);
     ``bench/e2e_throughput.py`` turns it off for the runner it compares against."""
 
     def __init__(self, model: str = DEFAULT_MODEL, adapters: dict[str, str] | None = None, weights: str = "f32",
@@ -281,7 +281,7 @@ class LlamaCppBackend(AdapterEngine):
             if lora is None:
                 raise RuntimeError(f"llama.cpp could not load the {role} adapter from {path}")
             self._loras[role] = lora
-        self._contexts: dict[str, _RoleContext] = {}
+        self._contexts: dict[str, RoleContext] = {}
         self._bitmask = None  # xgrammar's int32 bitmask of one row, reused
         self.stats = DecodeStats()  # since the backend was made; a step is one context's decode call
 
@@ -316,9 +316,9 @@ class LlamaCppBackend(AdapterEngine):
             return False
         return row.tokens[-1] in self.stop_token_ids or len(row.tokens) >= self._budget(row)
 
-    def _context(self, adapter: str) -> _RoleContext:
+    def _context(self, adapter: str) -> RoleContext:
         if adapter not in self._contexts:
-            self._contexts[adapter] = _RoleContext(self._model, self._loras.get(adapter), self.max_batch_size,
+            self._contexts[adapter] = RoleContext(self._model, self._loras.get(adapter), self.max_batch_size,
                                                    self.slot_tokens, self.threads, self.contiguous_slots)
         return self._contexts[adapter]
 
@@ -368,7 +368,7 @@ class LlamaCppBackend(AdapterEngine):
             for row in running:  # an error mid-run frees the slots for the next call
                 row.context.release(row.slot)
 
-    def _step(self, context: _RoleContext, rows: list[LlamaRow]) -> None:
+    def _step(self, context: RoleContext, rows: list[LlamaRow]) -> None:
         """One decoding call for ``rows``: each feeds its last token and its draft, and keeps
         the draft's longest prefix that its own greedy choices reproduce, plus the token
         chosen after it. Without drafts, one token per row, as plain decoding."""
@@ -397,7 +397,7 @@ class LlamaCppBackend(AdapterEngine):
             self.stats.accepted += taken - 1
         self.stats.steps += 1
 
-    def _draft(self, row: LlamaRow, context: _RoleContext, room: int) -> list[int]:
+    def _draft(self, row: LlamaRow, context: RoleContext, room: int) -> list[int]:
         """Tokens ``row`` drafts this step: within its answer budget, its slot and ``room``."""
         if row.lookup is None:
             return []
@@ -405,7 +405,7 @@ class LlamaCppBackend(AdapterEngine):
                     self.slot_tokens - len(context.cached[row.slot]) - 1)
         return row.lookup.draft(limit)
 
-    def _prefill(self, context: _RoleContext, rows: list[LlamaRow]) -> None:
+    def _prefill(self, context: RoleContext, rows: list[LlamaRow]) -> None:
         """Each row's uncached prompt tokens, packed into decode calls; each row gets its first token.
 
         A row copies the longest prefix it shares with a row prefilled before it in this group

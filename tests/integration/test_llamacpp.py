@@ -108,16 +108,16 @@ def test_rows_joining_freed_slots_decode_in_slot_order_to_peft_answers(adapters,
     the freed slots (copying their prefix from wherever it is cached); every decoding call feeds
     its rows by increasing slot (llama.cpp's one micro-batch per run), one token each, and the
     answers stay peft's."""
-    from heart.runtime.llamacpp import LlamaCppBackend, _RoleContext
+    from heart.runtime.llamacpp import LlamaCppBackend, RoleContext
 
     fed: list[list[int]] = []
-    decode = _RoleContext.decode
+    decode = RoleContext.decode
 
     def recording(self, entries):
         fed.append([slot for _, slot, _ in entries])
         decode(self, entries)
 
-    monkeypatch.setattr(_RoleContext, "decode", recording)
+    monkeypatch.setattr(RoleContext, "decode", recording)
     fresh = LlamaCppBackend("smollm2-135m", adapters=adapters, max_batch_size=3, threads=THREADS)
     long_, short = _requests()[2], _requests()[1]  # 14 and 10 new tokens
     got = fresh.generate_batch([long_, short, long_, short, long_, short])

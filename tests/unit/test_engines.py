@@ -101,9 +101,9 @@ class _Slots:
 
     @staticmethod
     def make(cached: list[list[int]], busy: list[bool], contiguous: bool = True):
-        from heart.runtime.llamacpp import _RoleContext
+        from heart.runtime.llamacpp import RoleContext
 
-        class Context(_RoleContext):
+        class Context(RoleContext):
             def share(self, source, slot, length):
                 self.copies.append((source, slot, length))
                 self.cached[slot] = self.cached[source][:length]
