@@ -150,10 +150,10 @@ class RoleContext:
 
         Why runs: without a unified cache, llama.cpp puts into one micro-batch only sequences
         whose ids follow each other (``split_equal(…, sequential=true)``), and each micro-batch
-        reads all the weights. Eight rows in slots 0, 2, …, 14 decoded in 97.8 ms a step
-        against 51.0 ms in slots 0-7 (f16, 500-token contexts; 12.4 ms for one row). Choosing
-        slots by cached prefix alone scattered an engine's rows: 5.6 rows a step cost ~35 ms
-        per row, as if decoded one at a time (``bench/results/e2e_throughput.json``).
+        reads all the weights. Eight rows in slots 0, 2, …, 14 decoded in 91.4 ms a step
+        against 47.8 ms in slots 0-7 (f16, 500-token contexts; 11.8 ms for one row;
+        ``bench/results/decode_context.json``). Choosing slots by cached prefix alone scatters
+        rows as calls come and go, so each row of a step costs about what it costs alone.
         """
         free = [slot for slot, busy in enumerate(self.busy) if not busy]
         if not free:
