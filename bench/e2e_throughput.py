@@ -12,8 +12,8 @@ run used before the engine's default (:data:`eval.e2e.EPISODES_IN_FLIGHT`), the 
 the engine. An arm written ``N:scattered`` takes slots by cached prefix alone, as the engine
 did before it kept each context's busy slots consecutive
 (:attr:`heart.runtime.llamacpp.LlamaCppBackend.contiguous_slots`): llama.cpp then decodes
-each scattered row in its own micro-batch. The arms run one after another in one process, so they share the machine's state;
-the figure to read is the ratio of episodes per hour, beside the engine's mean rows per
+each scattered row in its own micro-batch. The arms run one after another in one process, so
+they share the machine's state; the figure to read is the ratio of episodes per hour, beside the engine's mean rows per
 decoding step (what batching bought). Greedy decoding gives every arm the same answers up to
 the order in which calls share batches, so the success rates of the arms are printed beside
 it as a check, not a result.

@@ -22,9 +22,10 @@ How it is laid out:
   row takes the free slot that keeps the busy ones consecutive, copying its prefix from
   whichever slot holds it (:meth:`RoleContext.claim`).
 * **Prefix reuse for free.** A slot keeps the keys and values of its last call. A new call
-  takes the free slot whose cached tokens share the longest prefix with its prompt (at least
-  the role's system prompt, often more), and only the rest is prefilled; calls admitted
-  together copy the longest prefix they share with one prefilled just before them.
+  starts from the longest prefix of its prompt that any slot caches (at least the role's
+  system prompt, often more; copied into its own slot when another holds it), and only the
+  rest is prefilled; calls admitted together copy the longest prefix they share with one
+  prefilled just before them.
 * **Drafts from the context** (speculative decoding, :mod:`heart.runtime.lookup`). A greedy
   row whose last 3 tokens occurred before (in its prompt or its answer) feeds the tokens that
   followed them, up to ``DRAFT_TOKENS``, with its last token in the same call, and keeps the
@@ -319,7 +320,7 @@ class LlamaCppBackend(AdapterEngine):
     def _context(self, adapter: str) -> RoleContext:
         if adapter not in self._contexts:
             self._contexts[adapter] = RoleContext(self._model, self._loras.get(adapter), self.max_batch_size,
-                                                   self.slot_tokens, self.threads, self.contiguous_slots)
+                                                  self.slot_tokens, self.threads, self.contiguous_slots)
         return self._contexts[adapter]
 
     # -- the loop ------------------------------------------------------------------------

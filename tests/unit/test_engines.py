@@ -96,46 +96,43 @@ def test_a_sampled_row_samples_only_allowed_tokens():
         assert row.tokens[0] in {33, 63}
 
 
-class _Slots:
+def _slots(cached: list[list[int]], busy: list[bool], contiguous: bool = True):
     """A llama.cpp context's slot bookkeeping without llama.cpp: copies and cuts act on the token lists."""
+    from heart.runtime.llamacpp import RoleContext
 
-    @staticmethod
-    def make(cached: list[list[int]], busy: list[bool], contiguous: bool = True):
-        from heart.runtime.llamacpp import RoleContext
+    class Context(RoleContext):
+        def share(self, source, slot, length):
+            self.copies.append((source, slot, length))
+            self.cached[slot] = self.cached[source][:length]
 
-        class Context(RoleContext):
-            def share(self, source, slot, length):
-                self.copies.append((source, slot, length))
-                self.cached[slot] = self.cached[source][:length]
+        def truncate(self, slot, length):
+            del self.cached[slot][length:]
 
-            def truncate(self, slot, length):
-                del self.cached[slot][length:]
-
-        context = Context.__new__(Context)
-        context.cached, context.busy, context.contiguous, context.copies = cached, busy, contiguous, []
-        return context
+    context = Context.__new__(Context)
+    context.cached, context.busy, context.contiguous, context.copies = cached, busy, contiguous, []
+    return context
 
 
 def test_a_new_row_takes_the_slot_that_keeps_the_busy_ones_consecutive_and_copies_its_prefix_there():
     prompt = [1, 2, 3, 4, 5]
     # slots 0 and 2 busy; slot 3 holds the prompt's prefix, but a row there would leave runs {0}, {2, 3}
-    context = _Slots.make([[9], [7], [9], [1, 2, 3, 4], []], [True, False, True, False, False])
+    context = _slots([[9], [7], [9], [1, 2, 3, 4], []], [True, False, True, False, False])
     assert context.claim(prompt) == (1, 4)  # the hole: one run 0-2
     assert context.copies == [(3, 1, 4)]  # the prefix copied from slot 3, not computed again
     assert context.busy == [True, True, True, False, False]
 
 
 def test_without_contiguous_slots_a_row_takes_the_slot_with_the_longest_cached_prefix():
-    context = _Slots.make([[9], [7], [9], [1, 2, 3, 4], []], [True, False, True, False, False], contiguous=False)
+    context = _slots([[9], [7], [9], [1, 2, 3, 4], []], [True, False, True, False, False], contiguous=False)
     assert context.claim([1, 2, 3, 4, 5]) == (3, 4)
     assert context.copies == []
 
 
 def test_between_equally_consecutive_slots_the_cached_prefix_decides():
     # slots 0 and 2 busy: slot 1 closes the hole (one run) and wins over slot 3's longer prefix, copied over
-    context = _Slots.make([[9], [1, 2], [], [1, 2, 3]], [True, False, True, False])
+    context = _slots([[9], [1, 2], [], [1, 2, 3]], [True, False, True, False])
     assert context.claim([1, 2, 3, 4]) == (1, 3)
     # nothing busy: every slot leaves one run; the longest cached prefix wins
-    context = _Slots.make([[], [1, 2], [], [1, 2, 3]], [False, False, False, False])
+    context = _slots([[], [1, 2], [], [1, 2, 3]], [False, False, False, False])
     assert context.claim([1, 2, 3, 4]) == (3, 3)
     assert context.copies == []
