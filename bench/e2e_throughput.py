@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
+from heart_distill.eval.provenance import stamp, usable_cores, write_stamped_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "runs" / "bench" / "e2e_throughput.json"
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         arm["over_first_arm"] = round(arm["episodes_per_hour"] / reference, 2) if reference else None
     report = {"engine": args.engine, "category": args.category, "tasks_per_side": args.limit,
               "adapters": args.adapters, "max_plan_steps": args.max_plan_steps, "router_mode": args.router_mode,
-              "cpus": os.cpu_count(), "arms": arms}
+              "cpus": usable_cores(), "arms": arms}
     write_stamped_json(args.out, report, run_stamp, indent=1)
     ratios = ", ".join(f"{a['over_first_arm']}x at {_label(a)}" for a in arms)
     print(f"e2e_throughput: episodes per hour over the first arm: {ratios}; wrote {args.out}")

@@ -65,15 +65,23 @@ _TEXT_KEYS = {"command", "commit", "date", "note", "recovered"}
 """Header keys whose values are plain text (the others are JSON)."""
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity where the OS has one, else all of them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def machine() -> dict[str, Any]:
-    """This machine: CPU cores, CPU model (``not recorded`` where the OS does not say) and platform."""
+    """This machine: the CPU cores this process may run on (a run pinned with ``taskset`` says so),
+    CPU model (``not recorded`` where the OS does not say) and platform."""
     model = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    return {"cores": os.cpu_count(), "cpu_model": model or platform.processor() or NOT_RECORDED,
+    return {"cores": usable_cores(), "cpu_model": model or platform.processor() or NOT_RECORDED,
             "platform": platform.platform()}
 
 
