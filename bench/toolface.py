@@ -270,8 +270,11 @@ class AnswerCache:
     def key(self, request) -> str:
         import hashlib
 
-        blob = json.dumps([self.judge, request.role, request.messages, request.sampling.guided_json,
-                           request.sampling.max_new_tokens], sort_keys=True)
+        parts = [self.judge, request.role, request.messages, request.sampling.guided_json,
+                 request.sampling.max_new_tokens]
+        if request.sampling.first_token_logprobs:  # a scored answer (older keys stay as they were)
+            parts.append(list(request.sampling.first_token_logprobs))
+        blob = json.dumps(parts, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def generate(self, role, messages, sampling=None):
@@ -289,7 +292,9 @@ class AnswerCache:
         if todo:
             fresh = self.backend.generate_batch([requests[i] for i in todo])
             rows = [{"key": keys[i], "text": g.text, "backend": g.backend, "adapter": g.adapter,
-                     "completion_tokens": g.completion_tokens} for i, g in zip(todo, fresh)]
+                     "completion_tokens": g.completion_tokens,
+                     **({"first_token_logprobs": g.meta["first_token_logprobs"]}
+                        if "first_token_logprobs" in g.meta else {})} for i, g in zip(todo, fresh)]
             for row in rows:
                 self.answers[row["key"]] = row
             if self.path is not None:
@@ -298,7 +303,9 @@ class AnswerCache:
                     f.writelines(json.dumps(row) + "\n" for row in rows)
         return [Generation(text=self.answers[k]["text"], backend=self.answers[k]["backend"],
                            adapter=self.answers[k]["adapter"],
-                           completion_tokens=self.answers[k]["completion_tokens"]) for k in keys]
+                           completion_tokens=self.answers[k]["completion_tokens"],
+                           meta={"first_token_logprobs": self.answers[k]["first_token_logprobs"]}
+                           if "first_token_logprobs" in self.answers[k] else {}) for k in keys]
 
 
 class OracleJudge:
@@ -355,14 +362,19 @@ def relevance_judges(names, engine: str, adapter: str | None, cache: Path | None
     return judges
 
 
-def judge_turn(backend, system_prompt: str, task, catalog, query: str, cards: list[dict]):
-    """One turn's relevance judgements through :func:`heart.relevance.judge`."""
+def judge_turn(backend, system_prompt: str, task, catalog, query: str, cards: list[dict], scored: bool = False,
+               max_new_tokens: int | None = None):
+    """One turn's relevance judgements through :func:`heart.relevance.judge` (``scored``:
+    with P(applies) from the verdict token; ``max_new_tokens``: a shorter budget, e.g. 1
+    when only the verdict's probability is read)."""
     from heart.calls import EpisodeContext, RoleClient
     from heart.relevance import judge
 
     if isinstance(backend, OracleJudge):
         backend.use(task, catalog)
     roles = RoleClient(backend, EpisodeContext(f"relevance/{task.task_id}", task.task_id, task.env))
+    if scored:
+        return judge(roles, query, cards, system_prompt=system_prompt, scored=True, max_new_tokens=max_new_tokens)
     return judge(roles, query, cards, system_prompt=system_prompt, constrained=True)
 
 

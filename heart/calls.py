@@ -95,12 +95,14 @@ class RoleClient:
 
     def call_batch(self, role: str, calls: list[tuple[list[dict[str, str]], Callable[[str], ParseResult]]],
                    attempt: int, prefill: str = "", schema: dict[str, Any] | None = None,
-                   max_new_tokens: int | None = None, extra: dict[str, Any] | None = None) -> list[RoleCall]:
+                   max_new_tokens: int | None = None, extra: dict[str, Any] | None = None,
+                   first_token_logprobs: tuple[str, ...] = ()) -> list[RoleCall]:
         """Ask ``role`` several independent questions in one batch (the backend's
         ``generate_batch``), each ``(messages, parse)``; every call is parsed and recorded as
         its own trace event, with ``extra`` (e.g. the mode) in it. ``max_new_tokens`` caps
-        the role's sampling for these calls. A backend error fails the whole batch, as in
-        :meth:`call`."""
+        the role's sampling for these calls; ``first_token_logprobs`` asks for those tokens'
+        log-probabilities at the answer's first position (``SamplingConfig``). A backend
+        error fails the whole batch, as in :meth:`call`."""
         if not calls:
             return []
         start = time.perf_counter()
@@ -109,6 +111,8 @@ class RoleClient:
             sampling = dataclasses.replace(sampling, guided_json=json.dumps(schema))
         if max_new_tokens is not None:
             sampling = dataclasses.replace(sampling, max_new_tokens=min(sampling.max_new_tokens, max_new_tokens))
+        if first_token_logprobs:
+            sampling = dataclasses.replace(sampling, first_token_logprobs=tuple(first_token_logprobs))
         requests = [GenerationRequest(role, messages + [{"role": "assistant", "content": prefill}] if prefill else messages,
                                       sampling) for messages, _ in calls]
         try:

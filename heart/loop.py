@@ -326,7 +326,7 @@ class HeartLoop:
         conversation = conversation or []
         # T_q ← T.retrieve(q): names, one-line descriptions and categories, never schemas
         # (the full description: the Planner's input shows each tool's own first sentence)
-        tools = self._listed(self.first_tools(query))
+        tools = self.first_tools(query)
         if self.config.code:  # the Code primitive is always at hand, like the Planner's own arithmetic
             tools.append({"name": CODE_PRIMITIVE, "description": CODE_DESCRIPTION, "category": CODE_CATEGORY})
         # C ← ∅: the turn's feedback, clarifications and executed steps stay in its state;
@@ -390,20 +390,29 @@ class HeartLoop:
 
         return result("FAIL", self.failure_report(attempts))  # budget spent
 
-    def first_tools(self, query: str) -> list:
+    def first_tools(self, query: str) -> list[dict[str, str]]:
         """The tools the first Planner call is shown: ToolFace's retrieval, or with
-        ``LoopConfig.relevance`` the candidates whose Primitives say they apply (one batch of
-        relevance calls, traced as role ``primitive``, mode ``relevance``)."""
+        ``LoopConfig.relevance`` what the candidates' Primitives say (one batch of relevance
+        calls, traced as role ``primitive``, mode ``relevance``): those that apply (gate), or
+        with ``relevance_thresholds`` the retrieval less the confidently irrelevant (prune),
+        each shown tool with its Primitive's ``how``."""
         if not self.config.relevance:
-            return self.toolface.retrieve(query, self.config.retrieve_k)
-        from heart.relevance import relevant_tools
+            return self._listed(self.toolface.retrieve(query, self.config.retrieve_k))
+        from heart.relevance import Thresholds, relevant_tools
         from heart.roles import relevance
 
-        names, _ = relevant_tools(self.roles, self.toolface, query, self.config.relevance_candidates,
-                                  self.config.relevance_shown, prefill=self.config.prefill,
-                                  constrained=self.config.constrained,
-                                  system_prompt=self._system(PRIMITIVE, mode=relevance.MODE))
-        return [self.toolface.get(name) for name in names]
+        thresholds = None if self.config.relevance_thresholds is None else \
+            Thresholds.load(self.config.relevance_thresholds)
+        names, judgements = relevant_tools(self.roles, self.toolface, query, self.config.relevance_candidates,
+                                           self.config.relevance_shown, thresholds=thresholds,
+                                           retrieve_k=self.config.retrieve_k, prefill=self.config.prefill,
+                                           constrained=self.config.constrained,
+                                           system_prompt=self._system(PRIMITIVE, mode=relevance.MODE))
+        listed = self._listed([self.toolface.get(name) for name in names])
+        if thresholds is not None:  # the "how" half of the answer reaches the Planner
+            hows = {j.name: j.how for j in judgements if j.how}
+            listed = [{**tool, "how": hows[tool["name"]]} if tool["name"] in hows else tool for tool in listed]
+        return listed
 
     def primitive_tool(self, name: str):
         """The Tool a step names: the Code primitive's, or the environment's via ToolFace."""

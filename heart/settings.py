@@ -101,6 +101,14 @@ class LoopConfig:
     and the Planner is shown those that do (at most ``relevance_shown``, best ToolFace rank
     first) instead of ToolFace's default list. Off by default (the default list is what the
     shipped figures measure). With the gold teacher, gold relevance: the turn's gold tools apply."""
+    relevance_thresholds: str | None = setting(
+        None, "with --relevance: relevance that only prunes ToolFace's default list, by the thresholds "
+              "in PATH (bench/relevance_prune.py calibrates them on dev turns; docs/toolface.md)",
+        metavar="PATH")
+    """The prune policy (:func:`heart.relevance.prune`): ToolFace's default list stays the
+    floor; a tool leaves it only when its P(applies) is below the file's ``prune_below``, a
+    candidate joins only at ``add_above`` or more, and the shown tools carry their ``how``.
+    None: the gate policy (the Planner sees the candidates that say they apply)."""
     relevance_candidates: int = 20
     """Candidates the relevance step judges."""
     relevance_shown: int = 10
@@ -126,6 +134,13 @@ class LoopConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.retrieve_k is not None and (not isinstance(self.retrieve_k, int) or self.retrieve_k < 1):
             raise ValueError(f"retrieve_k must be an integer >= 1 or None, got {self.retrieve_k!r}")
+        if self.relevance_thresholds is not None:
+            if not self.relevance:
+                raise ValueError("relevance_thresholds is the prune policy of relevance before selection: "
+                                 "turn relevance on (--relevance) to use it")
+            from heart.relevance import Thresholds
+
+            Thresholds.load(self.relevance_thresholds)  # a bad file fails here, before any episode
 
     def record(self, names: tuple[str, ...] | None = None) -> dict[str, Any]:
         """The settings ``names`` (default: every field) as run folders record them: a file
@@ -133,8 +148,8 @@ class LoopConfig:
         edited file counts as another setting. ValueError when such a file cannot be read."""
         names = names or tuple(f.name for f in dataclasses.fields(self))
         out = {name: getattr(self, name) for name in names}
-        for name in ("middleware", "validation"):
-            if name in out:
+        for name in ("middleware", "validation", "relevance_thresholds"):
+            if out.get(name) is not None:
                 out[f"{name}_sha256"] = _file_sha256(name, out[name])
         return out
 
@@ -156,7 +171,8 @@ def user_settings() -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(LoopConfig) if "help" in f.metadata]
 
 
-POLICY = ("replan_budget", "verify", "middleware", "relevance", "messages", "validation", "router_mode")
+POLICY = ("replan_budget", "verify", "middleware", "relevance", "relevance_thresholds", "messages", "validation",
+          "router_mode")
 """How the loop judges, re-plans and meets the tools: the settings every command that runs
 episodes takes (``heart collect`` too, whose teacher answers every role)."""
 TURN = ("max_clarifications", "max_plan_steps", "retrieve_k", "constrained")

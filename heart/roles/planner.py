@@ -147,7 +147,8 @@ def build_payload(
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> dict[str, Any]:
     """The Planner's input. ``tools`` are ``{name, description, category}`` (shown grouped
-    by category, each by :func:`tool_line`); ``feedback`` is every Verifier feedback of the
+    by category, each by :func:`tool_line`, with ``(here: …)`` after it when the tool carries
+    its Primitive's relevance ``how``); ``feedback`` is every Verifier feedback of the
     turn so far (Algorithm 1's accumulated context C), kept whole.
 
     Compacted to what planning needs: the last :data:`CONVERSATION_TURNS` turn(s), user
@@ -158,8 +159,10 @@ def build_payload(
     """
     grouped: dict[str, dict[str, str]] = {}
     for tool in tools:
-        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = tool_line(tool.get("description", ""),
-                                                                                  tool["name"])
+        line = tool_line(tool.get("description", ""), tool["name"])
+        if tool.get("how"):  # relevance that prunes: what the tool's Primitive says it would fill
+            line = f"{line} (here: {tool['how']})" if line else f"here: {tool['how']}"
+        grouped.setdefault(tool.get("category", ""), {})[tool["name"]] = line
     payload: dict[str, Any] = {"user_query": query, "available_tools": grouped}
     if conversation:
         payload["conversation"] = [

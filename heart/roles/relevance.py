@@ -37,6 +37,13 @@ SHORT_SYSTEM_PROMPT = "HEART Tool Primitive, relevance mode."
 RESPONSE_PREFIX = '{"applies": '
 """Prefilled start of the answer (with ``LoopConfig.prefill``)."""
 
+SCORE_PREFIX = '{"applies":'
+"""Prefilled start of a scored answer: the next token is the verdict, whose probability
+:func:`p_applies` reads (SmolLM2 writes it as ``" true"`` after the colon, as the
+datasets' targets do; a base model often drops the space, so both spellings count)."""
+YES_TOKENS = (" true", "true")
+NO_TOKENS = (" false", "false")
+
 INSTRUCTION = "Does your tool apply to this request?"
 
 DESCRIPTION_CHARS = 300
@@ -81,6 +88,19 @@ def parse(text: str) -> ParseResult[RelevanceOutput]:
 
 def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[RelevanceOutput]:
     return parse(text)
+
+
+def p_applies(logprobs: dict[str, float] | None) -> float | None:
+    """P(applies) from the verdict position's log-probabilities (``Generation.meta
+    ["first_token_logprobs"]`` of a :data:`SCORE_PREFIX` answer): the mass of the "true"
+    tokens over that of "true" and "false"; None without them."""
+    import math
+
+    if not logprobs or not all(t in logprobs for t in YES_TOKENS + NO_TOKENS):
+        return None
+    yes = sum(math.exp(logprobs[t]) for t in YES_TOKENS)
+    no = sum(math.exp(logprobs[t]) for t in NO_TOKENS)
+    return yes / (yes + no) if yes + no > 0 else None
 
 
 def output_schema() -> dict[str, Any]:

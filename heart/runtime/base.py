@@ -24,6 +24,12 @@ class SamplingConfig:
     """A JSON Schema (serialised) the answer must match: constrained decoding where the
     backend supports it (xgrammar in-process, ``response_format`` on OpenAI-compatible
     servers such as vLLM); other backends ignore it."""
+    first_token_logprobs: tuple[str, ...] = ()
+    """Token texts (each one token of the model's vocabulary, e.g. ``(" true", " false")``)
+    whose log-probabilities at the answer's first position the Generation's meta records as
+    ``meta["first_token_logprobs"]`` ({text: log p}, from the model's own distribution,
+    before any grammar mask): a yes/no judge's confidence without a second pass. The local
+    engines (peft, llama.cpp) record them; other backends leave the key out."""
 
 
 @dataclass(frozen=True)

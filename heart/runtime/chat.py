@@ -21,6 +21,17 @@ BASE_ADAPTER = "__base__"
 adapter" in ``adapter_names``; llama.cpp's context without a LoRA). No role may use it."""
 
 
+def first_token_logprobs(scores, ids: dict[int, str]) -> dict[str, float]:
+    """{text: log p} of the token ids ``ids`` under one position's raw ``scores`` (NumPy or
+    torch, over the vocabulary): a log-softmax evaluated at those ids only."""
+    import numpy as np
+
+    values = np.asarray(scores, dtype=np.float64)
+    top = values.max()
+    log_total = top + np.log(np.exp(values - top).sum())
+    return {text: round(float(values[i] - log_total), 6) for i, text in ids.items()}
+
+
 class ChatFormat:
     """The base's chat template, stop tokens and JSON-schema grammars (cached per schema)."""
 
@@ -81,6 +92,18 @@ class ChatFormat:
             self._system_ids[system] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         prefix = self._system_ids[system]
         return len(prefix) if ids[:len(prefix)] == prefix else 0
+
+    def single_token_ids(self, texts: Sequence[str]) -> dict[int, str]:
+        """{token id: text} for texts that are each exactly one token (what
+        :attr:`SamplingConfig.first_token_logprobs` scores); anything else is refused."""
+        ids: dict[int, str] = {}
+        for text in texts:
+            encoded = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(encoded) != 1:
+                raise ValueError(f"first_token_logprobs: {text!r} is {len(encoded)} tokens of this model "
+                                 f"({encoded}), not one")
+            ids[encoded[0]] = text
+        return ids
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -32,6 +32,8 @@ from typing import Callable
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from heart.runtime.chat import first_token_logprobs
+
 MIN_PREFIX = 32
 """Shorter shared prefixes are recomputed: reusing them saves less than building the batch costs."""
 MAX_PREFIXES = 32
@@ -95,6 +97,9 @@ class Row:
     keys and values are computed once per adapter and reused (0: none)."""
     meta: dict = field(default_factory=dict)
     """Facts for the answer's Generation.meta (e.g. a schema xgrammar could not compile)."""
+    scored: dict[int, str] = field(default_factory=dict)
+    """Token ids whose log-probabilities at the first answer position go into ``meta``
+    (``SamplingConfig.first_token_logprobs``)."""
 
 
 @dataclass
@@ -216,6 +221,9 @@ class ContinuousDecoder:
     def _choose(self, rows: list[Row], logits: torch.Tensor) -> list[int]:
         """Greedy next token of every row (inside its grammar); appended to each row."""
         started = time.perf_counter()
+        for row, scores in zip(rows, logits):
+            if row.scored and not row.tokens:  # the model's own distribution, before the grammar's mask
+                row.meta["first_token_logprobs"] = first_token_logprobs(scores.float().cpu().numpy(), row.scored)
         chosen = self.grammar_mask(rows, logits).argmax(dim=-1).tolist()
         for row, token in zip(rows, chosen):
             row.tokens.append(token)

@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from heart.models import DEFAULT_MODEL, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
-from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat
+from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat, first_token_logprobs
 
 KV_CACHES = ("auto", "static", "dynamic")
 """KV cache of ``generate``. "static" preallocates prompt + max_new_tokens per batch: the
@@ -221,7 +221,8 @@ class TransformersBackend(AdapterEngine):
                              f"temperature {request.sampling.temperature}")
         ids, matcher, meta, adapter = self._prompt(request)
         return Row(ids, adapter, request.sampling.max_new_tokens, matcher, owner=owner,
-                   prefix_len=self.chat.system_prefix_len(request.messages, ids), meta=meta)
+                   prefix_len=self.chat.system_prefix_len(request.messages, ids), meta=meta,
+                   scored=self.chat.single_token_ids(request.sampling.first_token_logprobs))
 
     def _forward_last(self, input_ids, attention_mask, position_ids, cache, adapter_names: list[str]) -> torch.Tensor:
         """Logits of each row's last position, each row through its own adapter."""
@@ -269,15 +270,21 @@ class TransformersBackend(AdapterEngine):
             torch.manual_seed(sampling.seed)
         with torch.inference_mode(), context:
             processors, metas = self._guided([r.sampling.guided_json for r in requests])
-            output = self.model.generate(**inputs, generation_config=config, logits_processor=processors, **kwargs)
+            scored = [self.chat.single_token_ids(r.sampling.first_token_logprobs) for r in requests]
+            output = self.model.generate(**inputs, generation_config=config, logits_processor=processors,
+                                         output_logits=any(scored), return_dict_in_generate=True, **kwargs)
         latency = time.perf_counter() - start
+        for i, ids in enumerate(scored):
+            if ids:  # raw logits of the first generated position (output_logits: before any processor)
+                metas[i] = {**metas[i], "first_token_logprobs": first_token_logprobs(
+                    output.logits[0][i].float().cpu().numpy(), ids)}
 
         prompt_len = inputs["input_ids"].shape[1]
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
         stops = set(self.stop_token_ids)
         generations = []
         for row, request, adapter_name, n_prompt, meta in zip(
-            output, requests, adapter_names, prompt_tokens, metas
+            output.sequences, requests, adapter_names, prompt_tokens, metas
         ):
             new = row[prompt_len:].tolist()[: request.sampling.max_new_tokens]
             # Tokens after the first stop token are padding of a finished row.

@@ -67,7 +67,7 @@ import numpy as np
 from heart.models import DEFAULT_MODEL, resolve_model
 from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
-from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat
+from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat, first_token_logprobs
 from heart.runtime import llamacpp_log
 from heart.runtime.continuous import DecodeStats
 from heart.runtime.lookup import PromptLookup
@@ -108,6 +108,9 @@ class LlamaRow:
     """Set when the row cannot run (a prompt longer than a slot): it answers empty at once."""
     lookup: PromptLookup | None = None
     """Prompt and answer so far, for drafts (greedy rows when speculation is on)."""
+    scored: dict[int, str] = field(default_factory=dict)
+    """Token ids whose log-probabilities at the first answer position go into ``meta``
+    (``SamplingConfig.first_token_logprobs``)."""
 
 
 class RoleContext:
@@ -296,7 +299,8 @@ class LlamaCppBackend(AdapterEngine):
 
     def _row(self, request: GenerationRequest, owner: object = None) -> LlamaRow:
         ids, matcher, meta, adapter = self._prompt(request)
-        row = LlamaRow(ids, adapter, request.sampling, matcher, owner, meta)
+        row = LlamaRow(ids, adapter, request.sampling, matcher, owner, meta,
+                       scored=self.chat.single_token_ids(request.sampling.first_token_logprobs))
         if request.sampling.temperature > 0:
             row.rng = np.random.default_rng(request.sampling.seed)
         elif self.draft_tokens:  # a sampled row would need rejection sampling to draft exactly
@@ -443,6 +447,8 @@ class LlamaCppBackend(AdapterEngine):
         """
         started = time.perf_counter()
         for row, scores in zip(rows, logits):
+            if row.scored and not row.tokens:  # the model's own distribution, before the grammar's mask
+                row.meta["first_token_logprobs"] = first_token_logprobs(scores, row.scored)
             constrained = row.matcher is not None and not row.matcher.is_terminated()
             if constrained:
                 self._fill_bitmask(row.matcher)

@@ -207,3 +207,25 @@ def test_an_adapter_for_another_base_is_refused_before_anything_loads(tiny_qwen3
     (tmp_path / "planner" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(AdapterRefused, match="trained on base 'tiny-qwen3'.*serving base is 'smollm2-135m'"):
         LlamaCppBackend("smollm2-135m", adapters=other)
+
+
+def test_first_token_logprobs_match_peft_and_need_single_tokens(adapters, backend):
+    """A yes/no judge's confidence without a second pass: the log-probabilities of named tokens at
+    the answer's first position, as peft computes them (fp32 on both sides), the generate path too."""
+    from heart.runtime.hf import TransformersBackend
+
+    ask = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Is the sky green? Answer true or false."},
+           {"role": "assistant", "content": '{"answer":'}]
+    tokens = (" true", " false", "true", "false")
+    scored = SamplingConfig(max_new_tokens=3, first_token_logprobs=tokens)
+    llama = backend.generate("verifier", ask, scored).meta["first_token_logprobs"]
+    peft = TransformersBackend("smollm2-135m", adapters=adapters)
+    continuous = peft.generate("verifier", ask, scored).meta["first_token_logprobs"]
+    peft.decoding = "generate"
+    generated = peft.generate("verifier", ask, scored).meta["first_token_logprobs"]
+    assert set(llama) == set(continuous) == set(generated) == set(tokens)
+    for text in tokens:
+        assert llama[text] < 0 and abs(llama[text] - continuous[text]) < 1e-2 and abs(generated[text] - continuous[text]) < 1e-4
+    assert "first_token_logprobs" not in backend.generate("verifier", ask, SamplingConfig(max_new_tokens=3)).meta
+    with pytest.raises(ValueError, match="'not one token' is"):
+        backend.generate("verifier", ask, SamplingConfig(max_new_tokens=3, first_token_logprobs=("not one token",)))

@@ -221,3 +221,68 @@ def test_a_recipe_trains_on_one_mode_with_that_modes_short_prompt(tmp_path):
                                              system_prompt="short"))
     assert sorted(r["messages"][0]["content"] for r in splits["train"]) == \
         sorted([primitive.SHORT_SYSTEM_PROMPT] + [relevance.SHORT_SYSTEM_PROMPT] * 2)
+
+
+def test_calibrate_keeps_99_percent_of_listed_gold_and_adds_only_where_additions_are_gold():
+    from heart.relevance import calibrate
+
+    # 200 gold tools in the default lists, scored 0.005 … 1.0; 99% of them kept → 2 may go
+    turns = [(["g"], [Judgement("g", 0, True, p=(i + 1) / 200)], {"g"}) for i in range(200)]
+    # candidates outside the lists: scored 0.9 (gold), 0.8 (not), 0.7 (not), 0.6 (gold)
+    outside = [("a", 0.9, True), ("b", 0.8, False), ("c", 0.7, False), ("d", 0.6, True)]
+    turns += [([], [Judgement(n, 0, True, p=p)], {n} if gold else set()) for n, p, gold in outside]
+    thresholds = calibrate(turns)
+    assert thresholds.prune_below == 3 / 200  # the two lowest-scored gold tools fall below it, no more
+    assert thresholds.calibration["gold_tools_pruned"] == 2
+    # precision of additions: ≥ 0.9: 1/1, ≥ 0.8: 1/2, ≥ 0.7: 1/3, ≥ 0.6: 2/4 → the lowest at ≥ 0.5 is 0.6
+    assert thresholds.add_above == 0.6 and thresholds.calibration["added_gold"] == 2
+    none_gold = calibrate([([], [Judgement("x", 0, True, p=0.9)], set())])
+    assert none_gold.add_above is None and none_gold.prune_below == 0.0
+
+
+def test_prune_keeps_the_default_list_as_its_floor():
+    from heart.relevance import Thresholds, prune
+
+    judged = [Judgement("a", 0, True, p=0.9), Judgement("b", 1, False, p=0.01), Judgement("c", 2, False, error="x"),
+              Judgement("d", 3, True, p=0.95), Judgement("e", 4, True, p=0.4)]
+    default = ["a", "b", "c", "z"]  # "c" did not parse and has no score, "z" was not judged: both stay
+    assert prune(judged, default, Thresholds(0.05, 0.9)) == ["a", "c", "z", "d"]
+    assert prune(judged, default, Thresholds(0.05, None)) == ["a", "c", "z"]
+    assert prune(judged, default, Thresholds(0.0, 0.3), shown=4) == ["a", "b", "c", "z"]  # full: nothing added
+
+
+def test_prune_policy_in_the_loop_shows_the_floor_less_the_irrelevant_with_how(tmp_path):
+    from heart.relevance import Thresholds
+
+    toolface = face(tmp_path)
+    default = [t.name for t in toolface.retrieve(QUERY)]
+    applying = set(default[:3])
+    path = Thresholds(0.5, None).save(tmp_path / "thresholds.json")
+    seen: list[dict] = []
+    client = RoleClient(ScriptedBackend(responder(applying, seen=seen)), EpisodeContext("e", "t", "toy"))
+    HeartLoop(client, toolface, lambda q: "", LoopConfig(relevance=True, relevance_thresholds=str(path))).solve(QUERY)
+    # the scripted judge reports no log-probabilities: its parsed answers are certain (P = 1 or 0)
+    assert shown_to_planner(seen[0]) == default[:3]
+    lines = [line for tools in seen[0]["available_tools"].values() for name, line in tools.items() if name != "compute"]
+    assert len(lines) == 3 and all(line.endswith("(here: fills path)") for line in lines)
+
+
+def test_thresholds_need_relevance_and_a_readable_file(tmp_path):
+    import pytest
+
+    from heart.relevance import Thresholds
+
+    path = Thresholds(0.1, None).save(tmp_path / "t.json")
+    with pytest.raises(ValueError, match="turn relevance on"):
+        LoopConfig(relevance_thresholds=str(path))
+    (tmp_path / "bad.json").write_text('{"add_above": 0.5}')
+    with pytest.raises(ValueError, match="bad.json: not a thresholds file"):
+        LoopConfig(relevance=True, relevance_thresholds=str(tmp_path / "bad.json"))
+
+
+def test_p_applies_reads_both_spellings_of_the_verdict():
+    import math
+
+    lp = {" true": math.log(0.6), "true": math.log(0.2), " false": math.log(0.1), "false": math.log(0.1)}
+    assert abs(relevance.p_applies(lp) - 0.8) < 1e-9
+    assert relevance.p_applies({" true": -1.0}) is None and relevance.p_applies(None) is None
