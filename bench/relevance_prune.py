@@ -87,6 +87,20 @@ def shown_by(policy: str, turn: dict, judge: str, thresholds) -> list[str]:
     return prune(judgements, turn["default"], thresholds, SHOWN)
 
 
+def separation(turns: list[dict], judge: str) -> dict:
+    """How well P(applies) separates the candidates that are gold from the others: ROC AUC
+    (the chance a gold candidate outscores another of the same split; 0.5: no better than
+    a coin, 1: a threshold separates them), with the counts it is over."""
+    import numpy as np
+
+    gold = [j.p for t in turns for j in t["judged"][judge] if j.p is not None and j.name in t["gold"]]
+    other = np.array([j.p for t in turns for j in t["judged"][judge] if j.p is not None and j.name not in t["gold"]])
+    if not gold or not len(other):
+        return {"auc": None, "gold": len(gold), "other": len(other)}
+    wins = sum(float((p > other).sum() + 0.5 * (p == other).sum()) for p in gold)
+    return {"auc": round(wins / (len(gold) * len(other)), 4), "gold": len(gold), "other": int(len(other))}
+
+
 def measure(env_name: str, judges: dict, limit: int | None, per_split: int | None, n_boot: int,
             out_dir: Path) -> dict:
     from heart.relevance import calibrate
@@ -113,6 +127,9 @@ def measure(env_name: str, judges: dict, limit: int | None, per_split: int | Non
         summary = {"thresholds": {"prune_below": thresholds.prune_below, "add_above": thresholds.add_above,
                                   "file": str(path), **(thresholds.calibration or {})}}
         for split in SPLITS:
+            summary.setdefault("separation", {})[split] = separation(
+                [t for turns in by_task.values() for t in turns if t["split"] == split], judge)
+        for split in SPLITS:
             if split in rows:
                 by_key = rows[split]
                 summary[split] = {key: bootstrap(v, n_boot) for key, v in by_key.items()}
@@ -124,15 +141,16 @@ def measure(env_name: str, judges: dict, limit: int | None, per_split: int | Non
 def print_result(r: dict) -> None:
     print(f"\n## {r['environment']}: {r['turns']} held-out turns, gold tools all in ToolFace's top 20 in "
           f"{r['gold_in_top_20']}\n")
-    print("| judge | split | turns | prune_below / add_above | default list | shown | gate (P ≥ 0.5) | shown "
-          "| prune | shown |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| judge | split | turns | AUC gold vs other | prune_below / add_above | default list | shown "
+          "| gate (P ≥ 0.5) | shown | prune | shown |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for judge, s in r["judges"].items():
         th = s["thresholds"]
         for split in SPLITS:
             if split in s:
                 v = s[split]
-                print(f"| {judge} | {split} | {v['turns']} | {th['prune_below']:.4f} / {th['add_above']} | "
+                print(f"| {judge} | {split} | {v['turns']} | {s['separation'][split]['auc']} "
+                      f"| {th['prune_below']:.4f} / {th['add_above']} | "
                       + " | ".join(f"{fmt(v[f'{p} all@shown'])} | {v[f'{p} shown'][0]:.1f}" for p in POLICIES)
                       + " |")
 
