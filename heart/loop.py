@@ -84,7 +84,9 @@ Where it departs from the paper, and why:
 - **Relevance before selection** (HEELO). With ``LoopConfig.relevance`` the first
   Planner call is shown, instead of ToolFace's list, the candidates of ToolFace's top 20
   whose Primitives say, in their relevance mode, that they apply (at most 10, best ToolFace
-  rank first; :mod:`heart.relevance`). Tools a re-plan adds for feedback are not judged.
+  rank first; :mod:`heart.relevance`); with ``relevance_thresholds`` ToolFace's list less the
+  tools whose Primitives are confident they do not apply, each with its ``how``. Tools a
+  re-plan adds for feedback are not judged.
 - **Messages between primitives** (HEELO). A step that passed and whose result later
   steps read (their Router bindings refer to ``$step_j``) gets one more Primitive call, in
   its messages mode (:mod:`heart.roles.primitive_messages`, ``LoopConfig.messages``): it
