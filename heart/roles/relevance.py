@@ -93,13 +93,14 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[Relevance
 def p_applies(logprobs: dict[str, float] | None) -> float | None:
     """P(applies) from the verdict position's log-probabilities (``Generation.meta
     ["first_token_logprobs"]`` of a :data:`SCORE_PREFIX` answer): the mass of the "true"
-    tokens over that of "true" and "false"; None without them."""
+    tokens over that of "true" and "false" (a spelling a server left out of its top
+    alternatives counts as 0); None when no verdict token is there."""
     import math
 
-    if not logprobs or not all(t in logprobs for t in YES_TOKENS + NO_TOKENS):
+    if not logprobs or not any(t in logprobs for t in YES_TOKENS + NO_TOKENS):
         return None
-    yes = sum(math.exp(logprobs[t]) for t in YES_TOKENS)
-    no = sum(math.exp(logprobs[t]) for t in NO_TOKENS)
+    yes = sum(math.exp(logprobs[t]) for t in YES_TOKENS if t in logprobs)
+    no = sum(math.exp(logprobs[t]) for t in NO_TOKENS if t in logprobs)
     return yes / (yes + no) if yes + no > 0 else None
 
 

@@ -29,7 +29,9 @@ class SamplingConfig:
     whose log-probabilities at the answer's first position the Generation's meta records as
     ``meta["first_token_logprobs"]`` ({text: log p}, from the model's own distribution,
     before any grammar mask): a yes/no judge's confidence without a second pass. The local
-    engines (peft, llama.cpp) record them; other backends leave the key out."""
+    engines (peft, llama.cpp) record every one; an OpenAI-compatible server (vLLM's
+    included) those among its top 20 alternatives; the in-process vLLM engine leaves the
+    key out."""
 
 
 @dataclass(frozen=True)

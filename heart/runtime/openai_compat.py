@@ -38,6 +38,24 @@ MAX_BACKOFF_S = 30.0
 """Ceiling on one wait between retries, including a server's Retry-After."""
 
 
+TOP_LOGPROBS = 20
+"""Alternatives per position a request for log-probabilities asks for (the OpenAI API's
+most): the tokens of ``SamplingConfig.first_token_logprobs`` the server ranks below them
+are absent from the answer's meta, i.e. less likely than its 20th choice."""
+
+
+def _first_token_logprobs(choice: Any, tokens: tuple[str, ...]) -> dict:
+    """``{"first_token_logprobs": {token: log p}}`` for the requested tokens among the
+    server's top alternatives at the first position ({} when none were requested or the
+    server sent none)."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not tokens or not content:
+        return {}
+    found = {alt.token: round(float(alt.logprob), 6) for alt in (content[0].top_logprobs or [])
+             if alt.token in tokens}
+    return {"first_token_logprobs": found}
+
+
 class OpenAIBackendError(RuntimeError):
     """The server could not answer a role call (after retries, or a non-retryable 4xx)."""
 
@@ -141,6 +159,8 @@ class OpenAIBackend:
             # serves with its own guided decoding.
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": role, "schema": json.loads(sampling.guided_json)}}
+        if sampling.first_token_logprobs:  # the server's top alternatives at each position
+            kwargs["logprobs"], kwargs["top_logprobs"] = True, TOP_LOGPROBS
         if sampling.temperature > 0:
             kwargs["top_p"] = sampling.top_p
             if sampling.seed is not None:
@@ -177,6 +197,7 @@ class OpenAIBackend:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             latency_s=latency,
+            meta=_first_token_logprobs(response.choices[0], sampling.first_token_logprobs),
         )
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:

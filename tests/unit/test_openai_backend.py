@@ -66,6 +66,11 @@ class FakeChatServer:
                         time.sleep(float(user.split(":")[1]))
                     content = f"{body['model']}|{user}"
                     prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
+                    alternatives = [{"token": t, "logprob": lp, "bytes": None}
+                                    for t, lp in ((" true", -0.2), ("true", -2.5), ("}", -3.0))]
+                    logprobs = {"content": [{"token": " true", "logprob": -0.2, "bytes": None,
+                                             "top_logprobs": alternatives[:body.get("top_logprobs", 0)]}]} \
+                        if body.get("logprobs") else None
                     self._send(200, {
                         "id": f"chatcmpl-{len(server.seen)}",
                         "object": "chat.completion",
@@ -75,6 +80,7 @@ class FakeChatServer:
                             "index": 0,
                             "message": {"role": "assistant", "content": content},
                             "finish_reason": "stop",
+                            "logprobs": logprobs,
                         }],
                         "usage": {
                             "prompt_tokens": prompt_tokens,
@@ -166,6 +172,16 @@ def test_prefill_asks_the_server_to_continue_the_final_assistant_message(server)
     assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
     b.generate("planner", messages("a"))
     assert "continue_final_message" not in server.seen[-1]
+
+
+def test_first_token_logprobs_come_from_the_servers_top_alternatives(server):
+    b = backend(server, "m")
+    tokens = (" true", "true", " false", "false")
+    out = b.generate("primitive", messages("a"), SamplingConfig(first_token_logprobs=tokens))
+    assert (server.seen[-1]["logprobs"], server.seen[-1]["top_logprobs"]) == (True, 20)
+    assert out.meta["first_token_logprobs"] == {" true": -0.2, "true": -2.5}  # " false" was not in the top
+    plain = b.generate("primitive", messages("a"))
+    assert "logprobs" not in server.seen[-1] and plain.meta == {}
 
 
 def test_guided_json_becomes_a_json_schema_response_format(server):

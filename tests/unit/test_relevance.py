@@ -285,4 +285,5 @@ def test_p_applies_reads_both_spellings_of_the_verdict():
 
     lp = {" true": math.log(0.6), "true": math.log(0.2), " false": math.log(0.1), "false": math.log(0.1)}
     assert abs(relevance.p_applies(lp) - 0.8) < 1e-9
-    assert relevance.p_applies({" true": -1.0}) is None and relevance.p_applies(None) is None
+    assert relevance.p_applies({" true": -1.0, "}": -0.5}) == 1.0  # "false" was not among a server's top 20
+    assert relevance.p_applies({"}": -1.0}) is None and relevance.p_applies(None) is None
