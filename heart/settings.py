@@ -144,10 +144,13 @@ class LoopConfig:
 
     def record(self, names: tuple[str, ...] | None = None) -> dict[str, Any]:
         """The settings ``names`` (default: every field) as run folders record them: a file
-        named by ``middleware`` or ``validation`` also with the sha256 of its content, so an
-        edited file counts as another setting. ValueError when such a file cannot be read."""
+        named by ``middleware``, ``validation`` or ``relevance_thresholds`` also with the
+        sha256 of its content, so an edited file counts as another setting (an unset
+        ``relevance_thresholds`` is left out). ValueError when such a file cannot be read."""
         names = names or tuple(f.name for f in dataclasses.fields(self))
         out = {name: getattr(self, name) for name in names}
+        if out.get("relevance_thresholds", "") is None:  # unset: records (and resumes) of runs before it stay equal
+            del out["relevance_thresholds"]
         for name in ("middleware", "validation", "relevance_thresholds"):
             if out.get(name) is not None:
                 out[f"{name}_sha256"] = _file_sha256(name, out[name])

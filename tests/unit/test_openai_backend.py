@@ -51,6 +51,7 @@ class FakeChatServer:
                     action = queue.pop(0) if queue else ("ok", 0)
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self.counted = True
                 try:
                     kind, value = action
                     if kind == "status":
@@ -91,10 +92,18 @@ class FakeChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
                 finally:
+                    self._leave()
+
+            def _leave(self) -> None:
+                """The request stops counting as in flight, once: before its answer is written,
+                so a client that sends its next request on reading it is never counted twice."""
+                if getattr(self, "counted", False):
+                    self.counted = False
                     with server.lock:
                         server.in_flight -= 1
 
             def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
+                self._leave()
                 data = json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
