@@ -317,6 +317,11 @@ class HeartLoop:
         self.config = config
         self.observe = observe
         self.middleware = load_middleware(config.middleware)
+        self.relevance_thresholds = None  # the prune policy's, read once per loop like the middleware
+        if config.relevance_thresholds is not None:
+            from heart.relevance import Thresholds
+
+            self.relevance_thresholds = Thresholds.load(config.relevance_thresholds)
         self.carried = None if config.validation == "none" else CarriedValidation(
             load_result_shapes(None if config.validation == "default" else config.validation), state)
         if config.code and CODE_PRIMITIVE in set(toolface.names()):
@@ -400,11 +405,10 @@ class HeartLoop:
         each shown tool with its Primitive's ``how``."""
         if not self.config.relevance:
             return self._listed(self.toolface.retrieve(query, self.config.retrieve_k))
-        from heart.relevance import Thresholds, relevant_tools
+        from heart.relevance import relevant_tools
         from heart.roles import relevance
 
-        thresholds = None if self.config.relevance_thresholds is None else \
-            Thresholds.load(self.config.relevance_thresholds)
+        thresholds = self.relevance_thresholds
         names, judgements = relevant_tools(self.roles, self.toolface, query, self.config.relevance_candidates,
                                            self.config.relevance_shown, thresholds=thresholds,
                                            retrieve_k=self.config.retrieve_k, prefill=self.config.prefill,

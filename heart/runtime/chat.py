@@ -44,6 +44,7 @@ class ChatFormat:
         self._compiler = None
         self._grammars: dict[str, object] = {}
         self._system_ids: dict[str, list[int]] = {}
+        self._single_token_ids: dict[tuple[str, ...], dict[int, str]] = {}
 
     @classmethod
     def from_pretrained(cls, path: str, enable_thinking: bool = False) -> "ChatFormat":
@@ -95,7 +96,14 @@ class ChatFormat:
 
     def single_token_ids(self, texts: Sequence[str]) -> dict[int, str]:
         """{token id: text} for texts that are each exactly one token (what
-        :attr:`SamplingConfig.first_token_logprobs` scores); anything else is refused."""
+        :attr:`SamplingConfig.first_token_logprobs` scores); anything else is refused.
+        Looked up once per tuple of texts: every row of a scored batch asks for the same."""
+        key = tuple(texts)
+        if key not in self._single_token_ids:
+            self._single_token_ids[key] = self._encode_single_tokens(key)
+        return self._single_token_ids[key]
+
+    def _encode_single_tokens(self, texts: tuple[str, ...]) -> dict[int, str]:
         ids: dict[int, str] = {}
         for text in texts:
             encoded = self.tokenizer(text, add_special_tokens=False)["input_ids"]
