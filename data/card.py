@@ -315,6 +315,8 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         stats["verdicts_by_fault_kind"] = dict(sorted(by_kind.items()))
         stats["fail_examples"] = fails
         stats["clean_execution_fail_rate"] = round(clean_fails / fails, 4) if fails else None
+        natural = by_kind.get("natural", {}).get("FAIL", 0)
+        stats["natural_fail_share"] = round(natural / fails, 4) if fails else None
     return stats
 
 
@@ -338,6 +340,8 @@ def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, 
     if role == "verifier":
         lines.append(f"- FAIL examples on steps that executed without error: {quality.get('clean_execution_fail_rate')} "
                      f"of {quality.get('fail_examples')}")
+        lines.append(f"- FAIL examples from a model's own answers (`natural`, `heart collect --student`) rather "
+                     f"than injected faults: {quality.get('natural_fail_share')} of {quality.get('fail_examples')}")
         lines += ["", "| fault kind | PASS | FAIL |", "|---|---:|---:|"]
         for kind, counts in quality.get("verdicts_by_fault_kind", {}).items():
             lines.append(f"| {kind} | {counts['PASS']} | {counts['FAIL']} |")

@@ -131,7 +131,9 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
         "env": args.env,  # (multi_turn_base is BFCL's default: its entries name no category)
         **({"category": args.category} if args.category not in (None, "multi_turn_base") else {}),
         "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
-        "fault_rate": args.fault_rate, "seeds": args.seeds, "policy": _loop_config(args).record(POLICY),
+        "fault_rate": args.fault_rate, **({"student": args.student, "student_rate": args.student_rate}
+                                          if args.student else {}),
+        "seeds": args.seeds, "policy": _loop_config(args).record(POLICY),
         "limit": args.limit, "tasks": len(task_ids), "episodes": len(task_ids) * len(args.seeds),
         "python": platform.python_version(), "packages": _versions(), "runs": 1,
     }
@@ -185,6 +187,15 @@ class CollectionSpec:
     what its earlier attempt finished."""
     category: str | None = None
     """The BFCL category (None: the environment's default, multi_turn_base)."""
+    student: str | None = None
+    """The gold teacher's student (natural faults): ``base`` or an adapters folder."""
+    student_rate: float = 0.0
+    student_engine: str = "llamacpp:f16"
+
+    def teacher_factory(self, environment) -> TeacherFactory:
+        return TeacherFactory(self.teacher, self.fault_rate, environment, quantize=self.quantize,
+                              max_batch_size=self.max_batch_size, student=self.student,
+                              student_rate=self.student_rate, student_engine=self.student_engine)
 
 
 def environment_for(env: str, category: str | None):
@@ -211,8 +222,7 @@ class CollectionWorker:
     def __init__(self, spec: CollectionSpec, environment=None, teacher: TeacherFactory | None = None):
         self.spec = spec
         self.environment = environment or environment_for(spec.env, spec.category)
-        self.teacher = teacher or TeacherFactory(spec.teacher, spec.fault_rate, self.environment,
-                                                 quantize=spec.quantize, max_batch_size=spec.max_batch_size)
+        self.teacher = teacher or spec.teacher_factory(self.environment)
         self.traces = Path(spec.out) / "traces"
 
     def run_shard(self, shard_index: int | None, jobs: list, report) -> None:
@@ -269,10 +279,14 @@ def collect(args: argparse.Namespace) -> int:
 
     _loop_config(args).check_files(environment.catalog())
 
+    config = _loop_config(args)
+    spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
+                          max_batch_size=args.max_batch_size, loop=config, out=str(out),
+                          concurrency=args.concurrency, run=secrets.token_hex(4), category=args.category,
+                          student=args.student, student_rate=args.student_rate, student_engine=args.student_engine)
     try:
-        teacher = TeacherFactory(args.teacher, args.fault_rate, environment,
-                                 quantize=args.quantize, max_batch_size=args.max_batch_size)
-    except (ValueError, UserError) as err:
+        teacher = spec.teacher_factory(environment)
+    except (ValueError, FileNotFoundError, UserError) as err:
         raise SystemExit(f"error: --teacher: {err}") from None
     task_ids = environment.task_ids(args.split)
     if args.limit:
@@ -288,10 +302,6 @@ def collect(args: argparse.Namespace) -> int:
               f"already done in {out}; nothing to run", file=sys.stderr)
         return 0
     (out / "traces").mkdir(exist_ok=True)
-    config = _loop_config(args)
-    spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
-                          max_batch_size=args.max_batch_size, loop=config, out=str(out),
-                          concurrency=args.concurrency, run=secrets.token_hex(4), category=args.category)
     where = (f"a new shard in {out / 'traces'}" if executor.kind == "local" else
              f"{len(shards(jobs, executor.shard_size))} shards of <= {executor.shard_size} on "
              f"{executor.workers} Ray workers")

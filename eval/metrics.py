@@ -182,15 +182,25 @@ def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
 
 # -- Verifier ----------------------------------------------------------------------------
 
+NATURAL_FAULT = "natural"
+"""The ``fault_kind`` of a FAIL made by a model's own answer (the gold teacher's student), not injected."""
+
+
 def verifier_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
-                    label: str | None = None) -> dict[str, Any]:
+                    label: str | None = None, fault_kind: str | None = None) -> dict[str, Any]:
     """``label`` is the environment's verdict for the step (the dataset's label column);
-    without one the teacher's status stands in."""
+    without one the teacher's status stands in. ``fault_kind`` (the dataset's column) splits
+    the FAIL inputs into natural ones (a model's real mistake) and injected ones."""
     label = label or target.get("status")
     status = (prediction or {}).get("status")
+    natural = label == "FAIL" and fault_kind == NATURAL_FAULT
+    injected = label == "FAIL" and fault_kind is not None and not natural
     row: dict[str, Any] = {
         "verdict_correct": int(status == label),
         "predicted_fail": int(status == "FAIL"), "label_fail": int(label == "FAIL"),
+        "natural_fail": int(natural) if label == "FAIL" and fault_kind is not None else None,
+        "natural_fail_correct": int(status == label) if natural else None,
+        "injected_fail_correct": int(status == label) if injected else None,
     }
     want, got = target.get("criteria") or {}, (prediction or {}).get("criteria") or {}
     for name in CRITERIA:
@@ -248,6 +258,9 @@ METRICS: dict[str, dict[str, tuple[tuple[str, ...], Callable[[np.ndarray], float
         "fail_precision": (("predicted_fail", "label_fail"), _fail_prf(0)),
         "fail_recall": (("predicted_fail", "label_fail"), _fail_prf(1)),
         "fail_f1": (("predicted_fail", "label_fail"), _fail_prf(2)),
+        "natural_fail_share": _mean("natural_fail"),
+        "natural_fail_accuracy": _mean("natural_fail_correct"),
+        "injected_fail_accuracy": _mean("injected_fail_correct"),
         **{f"criterion_{c}_accuracy": _mean(f"criterion_{c}") for c in CRITERIA},
     },
 }

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import sys
 import time
@@ -31,7 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from heart_distill.eval.formats import ROLES, canonical
-from heart_distill.eval.metrics import needs_extraction, primitive_scores, planner_scores, router_scores, summarize, verifier_scores
+from heart_distill.eval.metrics import (NATURAL_FAULT, needs_extraction, primitive_scores, planner_scores, router_scores,
+                                        summarize, verifier_scores)
 from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
                          with_base_side)
 from heart_distill.eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
@@ -137,7 +139,8 @@ def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, s
     if limit is not None and limit < len(rows):
         label = next((c for c in LABEL_COLUMNS if c in rows.column_names), None)
         if role == "verifier" and label is not None:
-            return balanced_sample(list(rows.shuffle(seed=seed)), label, limit), left_out
+            return balanced_sample(natural_fails_in_turn(list(rows.shuffle(seed=seed)), label), label,
+                                   limit), left_out
         if role == "primitive":
             return balanced_sample(list(rows.shuffle(seed=seed)), primitive_stratum, limit), left_out
         rows = rows.shuffle(seed=seed).select(range(limit))
@@ -151,6 +154,21 @@ def primitive_stratum(row: dict[str, Any]) -> str:
     payload = role_input(row["messages"][:-1])
     tool_call = payload.get("tool", {}).get("family", "tool") != "code"
     return "extraction" if tool_call and needs_extraction(payload.get("resolved_bindings") or {}) else "other"
+
+
+def natural_fails_in_turn(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    """``rows`` with their FAIL rows reordered so that natural and injected faults
+    (``fault_kind``) take turns while both last, the rest in place: a label-balanced sample
+    then holds as many natural FAILs as it can, up to half, so its accuracy on them is read
+    on more than a handful."""
+    fails = [i for i, row in enumerate(rows) if str(row[label]) == "FAIL"]
+    natural = [rows[i] for i in fails if rows[i].get("fault_kind") == NATURAL_FAULT]
+    injected = [rows[i] for i in fails if rows[i].get("fault_kind") != NATURAL_FAULT]
+    turns = [row for pair in itertools.zip_longest(natural, injected) for row in pair if row is not None]
+    reordered = list(rows)
+    for i, row in zip(fails, turns):
+        reordered[i] = row
+    return reordered
 
 
 def balanced_sample(rows: list[dict[str, Any]], label: str | Callable[[dict[str, Any]], str],
@@ -215,7 +233,7 @@ def score_row(role: str, row: dict[str, Any], generation: Generation) -> dict[st
                                   bindings=payload.get("resolved_bindings"))
     else:
         label = next((row[c] for c in LABEL_COLUMNS if row.get(c)), None)
-        scores = verifier_scores(target, prediction, label)
+        scores = verifier_scores(target, prediction, label, row.get("fault_kind"))
     return {**scores, "parse_failure": int(not result.ok), "parse_error": result.error,
             "prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
             "latency_s": generation.latency_s}

@@ -99,6 +99,14 @@ def collect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher", default="gold", help="gold | openai:<url>#<model> | hf:<model>")
     parser.add_argument("--fault-rate", type=probability, default=0.0,
                         help="gold teacher: chance that a dispatch carries an injected fault (default 0)")
+    parser.add_argument("--student", default=None, metavar="base|ADAPTERS",
+                        help="gold teacher: a model whose Primitive answers some steps instead (natural faults): "
+                             "'base' or an adapters folder (<dir>/primitive/)")
+    parser.add_argument("--student-rate", type=probability, default=0.0,
+                        help="gold teacher with --student: chance that a Primitive step, in a turn with no fault "
+                             "yet, is the student's (default 0)")
+    parser.add_argument("--student-engine", default="llamacpp:f16",
+                        help="the engine that serves the student in process (default %(default)s)")
     parser.add_argument("--out", required=True, help="run folder (traces/, manifest.json)")
     parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0], help="one episode per task per seed")
     loop_arguments(parser, POLICY)

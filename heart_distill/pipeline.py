@@ -84,6 +84,12 @@ class CollectConfig:
     router_mode: Literal["plan", "step"] = "plan"
     """The Router's mode in both collections, train and test (``heart collect --router-mode``):
     its dataset, and so its adapter, learn that mode's inputs and answers."""
+    student: str | None = None
+    """A model whose Primitive answers some steps in both collections (``heart collect
+    --student``: ``base`` or an adapters folder): its real mistakes, executed and judged, are
+    the Verifier's natural FAILs beside the injected ones. None: injected faults only."""
+    student_rate: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Chance that a Primitive step, in a turn with no fault yet, is the student's."""
 
 
 @dataclass
@@ -214,6 +220,15 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
             loop_flags(run_spec.loop)
         except (TypeError, ValueError) as err:
             raise PipelineError(f"{path}: eval.e2e.{index}.loop: {err}") from None
+    c = config.collect
+    if bool(c.student) != bool(c.student_rate):
+        raise PipelineError(f"{path}: collect.student and collect.student_rate go together (got student "
+                            f"{c.student!r}, student_rate {c.student_rate}): a student needs a rate above 0")
+    if c.student and c.teacher != "gold":
+        raise PipelineError(f"{path}: collect.student applies to the gold teacher only, not to {c.teacher!r}")
+    if c.student and c.student != "base" and not Path(c.student).is_dir():
+        raise PipelineError(f"{path}: collect.student must be 'base' or an adapters folder (relative to the "
+                            f"working directory), got {c.student!r}")
     if config.library.roles and config.eval.engine not in LIBRARY_ENGINES:
         raise PipelineError(f"{path}: library.roles needs eval.engine one of {', '.join(LIBRARY_ENGINES)} "
                             f"(heart library adapter), got {config.eval.engine!r}")
@@ -245,6 +260,8 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
     faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
     mode = ["--router-mode", c.router_mode] if c.router_mode != "plan" else []
+    if c.student and c.student_rate:  # (a gold-teacher option, like the faults)
+        mode += ["--student", c.student, "--student-rate", str(c.student_rate), "--student-engine", e.engine]
     executor = config.executor.arguments()
     collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
                 "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency), *mode,

@@ -33,6 +33,13 @@ calls (a student can learn only what its input determines), in the formats of HE
 - **Faults** (``fault_rate``): schema faults that fail binding (no side effects) and
   semantic faults that execute cleanly with a plausible wrong value taken from the same
   task's context, so the Verifier learns FAILs that execution alone does not show.
+- **Natural faults** (``student``, ``student_rate``): at a Primitive step with no fault yet in
+  the turn, another model (the base, or distilled roles) answers the very input instead, with
+  ``student_rate``'s chance. An answer equal to the gold call is replaced by the gold answer
+  (nothing to learn apart); any other answer, unparseable ones included, is executed as it is
+  — a real model's real mistake, recorded as the fault ``natural`` — and the Verifier judges
+  it against the gold call with the arguments the tool was really called with. These are the
+  FAILs a deployed Verifier meets, beside the injected ones (the datasets' ``fault_kind``).
 - **Code steps** (HEELO's Code family): where the task says a turn's answer needs a value
   computed from the gold calls' results (``Task.computations``: a total, a product, a time
   span, written from the task's request, never from its answer), the plan ends with a code
@@ -69,7 +76,9 @@ from heart.environments.base import Task, ToolCall
 from heart.families import CODE_CATEGORY, CODE_DESCRIPTION, CODE_PRIMITIVE
 from heart.grounding import grounded, literals
 from heart.library import Composite, compose_calls
+from heart.primitives import BindingError, bind_arguments
 from heart.roles import planner, primitive_messages, relevance, router, verifier
+from heart.roles.registry import get_role
 from heart.roles.common import (first_clause, is_clipped, lead_phrase, quoted_value, render_answer, role_input,
                                 whole_parts)
 from heart.runtime.base import Generation, GenerationRequest, Message, SamplingConfig
@@ -106,9 +115,11 @@ class ScriptedBackend:
         return [self.generate(r.role, r.messages, r.sampling) for r in requests]
 
 
-def gold_teacher_name(fault_rate: float) -> str:
-    """The gold teacher's backend name (it enters episode ids, so resume depends on it)."""
-    return "gold" if fault_rate == 0 else f"gold+faults{fault_rate:g}"
+def gold_teacher_name(fault_rate: float, student: str | None = None, student_rate: float = 0.0) -> str:
+    """The gold teacher's backend name (it enters episode ids, so resume depends on it);
+    ``student`` names the model that makes its natural faults (:class:`GoldTeacher`)."""
+    name = "gold" if fault_rate == 0 else f"gold+faults{fault_rate:g}"
+    return name + (f"+natural{student_rate:g}-{student}" if student and student_rate else "")
 
 
 SCHEMA_FAULTS = ("wrong_argument", "wrong_tool", "missing_argument", "stale_reference")
@@ -118,6 +129,8 @@ SEMANTIC_FAULTS = ("semantic_value",)
 FAULT_KINDS = SCHEMA_FAULTS + SEMANTIC_FAULTS
 SEMANTIC_SHARE = 0.85
 """Share of injected faults that are semantic."""
+NATURAL = "natural"
+"""The fault of a step whose Primitive answer came from the student and differs from gold."""
 
 _QUOTED = re.compile(r"""['"‘“]([^'"’”]{1,60})['"’”]""")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
@@ -346,11 +359,19 @@ class GoldTeacher:
 
     def __init__(self, task: Task, tools: Sequence[ToolSpec], fault_rate: float = 0.0,
                  max_faults_per_turn: int = 1, seed: int = 0, redo_passed: bool = False,
-                 composites: Sequence[Composite] = ()):
+                 composites: Sequence[Composite] = (), student=None, student_rate: float = 0.0,
+                 student_short: bool = False, student_name: str = "student"):
         if task.gold is None:
             raise ValueError(f"task {task.task_id} has no gold calls: the gold teacher cannot answer it")
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate must be within [0, 1], got {fault_rate}")
+        if not 0.0 <= student_rate <= 1.0:
+            raise ValueError(f"student_rate must be within [0, 1], got {student_rate}")
+        self.student = student
+        """A backend whose Primitive answers are the natural faults (None: injected faults only)."""
+        self.student_rate = student_rate if student is not None else 0.0
+        self.student_short = student_short
+        """The student's Primitive was trained on the short system prompt (served with it)."""
         self.task = task
         self.specs = {s.name: s for s in tools}
         self.fault_rate = fault_rate
@@ -364,7 +385,9 @@ class GoldTeacher:
         composite shown to the turn's first plan makes is planned as one call of it."""
         self.specs.update({c.name: c.spec for c in self.composites})
         self.rng = random.Random(f"{task.env}/{task.task_id}/{seed}")
-        self.name = gold_teacher_name(fault_rate)
+        self.student_rng = random.Random(f"{task.env}/{task.task_id}/{seed}/student")
+        """Its own stream: the injected faults stay those of a run without a student."""
+        self.name = gold_teacher_name(fault_rate, student_name if student is not None else None, self.student_rate)
         self._turns: dict[int, _TurnState] = {}
         self._current: _TurnState | None = None
         self._context_strings = self._task_strings(task)
@@ -383,8 +406,8 @@ class GoldTeacher:
             answer, meta = {"planner": self._planner, "router": self._router,
                             "primitive": self._primitive, "verifier": self._verifier}[role](payload)
         # the very form the serving grammar (heart.runtime.hf) and the prefills use, so a
-        # student learns exactly what it may produce
-        text = render_answer(answer)
+        # student learns exactly what it may produce (a natural fault's text is the student's own)
+        text = answer if isinstance(answer, str) else render_answer(answer)
         return Generation(text=text, backend=self.name, meta=meta,
                           prompt_tokens=sum(len(m["content"].split()) for m in messages),
                           completion_tokens=len(text.split()), latency_s=time.perf_counter() - start)
@@ -711,6 +734,8 @@ class GoldTeacher:
             return {"tool": tool, "family": "code", "expression": call.arguments["expression"]}, {}
         arguments = _in_order(call.arguments, list(p["tool"]["parameters"].get("properties", {})))
         fault = state.primitive_faults.pop(step, None)
+        if fault is None and state.faults < self.max_faults_per_turn and self.student_rng.random() < self.student_rate:
+            return self._student_primitive(state, step, p, {"tool": tool, "arguments": arguments})
         if fault is None:
             return {"tool": tool, "arguments": arguments}, {}
         if fault == "semantic_value":
@@ -719,6 +744,24 @@ class GoldTeacher:
             answer, meta = self._schema_fault(fault, tool, arguments, p["tool"]["parameters"])
         state.injected[step] = meta["injected_fault"]
         return answer, meta
+
+    def _student_primitive(self, state: _TurnState, step: int, p: dict[str, Any],
+                           gold: dict[str, Any]) -> tuple[dict | str, dict]:
+        """The student's answer to this very Primitive input, as the loop would ask it (its
+        prompt, the input's schema as the decoding constraint): the gold answer when the two
+        agree, else the student's text, executed as it is (a natural fault)."""
+        mode = get_role("primitive").mode_for(p)
+        messages = mode.build_messages(p, system_prompt=mode.system_prompt(short=self.student_short))
+        sampling = SamplingConfig(guided_json=json.dumps(mode.schema_for_input(p)))
+        text = self.student.generate("primitive", messages, sampling).text
+        parsed = mode.parse_for_input(text, p)
+        answer = parsed.value.model_dump(mode="json", exclude_none=True) if parsed.ok else None
+        if answer is not None and answer.get("tool") == gold["tool"] and answer.get("status") != "UNRESOLVABLE" \
+                and self._bound(gold["tool"], answer.get("arguments") or {}) == self._bound(gold["tool"], gold["arguments"]):
+            return gold, {"student": "agreed"}  # (the same call once bound, e.g. "5" for 5)
+        state.faults += 1
+        state.injected[step] = NATURAL
+        return text, {"injected_fault": NATURAL, "student": "differed"}
 
     def _semantic_fault(self, tool: str, arguments: dict, p: dict) -> tuple[dict, dict]:
         """A plausible other value for one literally bound argument (same task's context);
@@ -787,7 +830,17 @@ class GoldTeacher:
         asked, used = entry["resolved_bindings"], envelope.get("bound_arguments", {})
         changed = [k for k in asked if k in used and asked[k] != used[k] and not str(asked[k]).startswith("$step_")]
         reasons = []
-        if changed:
+        if fault == NATURAL:
+            # the student's own answer, judged by what the tool was really called with
+            # (an answer that never reached the tool, e.g. unparseable, differs in no argument)
+            differs = self._natural_differences(state, step, tool, used, asked) if used or status == "SUCCESS" else []
+            if status == "SUCCESS" and not differs:
+                return criteria, "", "none"  # an equivalent answer (e.g. "5" bound as 5): it passed
+            changed = [k for k, _ in differs]
+            if differs:
+                criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
+                reasons.append(differs[0][1])
+        elif changed:
             k = changed[0]
             criteria.update(argument_consistency="fail", constraint_satisfaction="fail", task_completion="fail")
             reasons.append(f"{k} was {_value_text(used[k])} but the request asked for {_value_text(asked[k])}")
@@ -803,6 +856,8 @@ class GoldTeacher:
             reasons.append(f"failed with {kind}" + (f": {details}" if details and not is_clipped(details) else ""))
         advice = (f"call {tool} with {changed[0]} as asked" if changed
                   else f"call {tool} with arguments its schema accepts")
+        if fault == NATURAL and changed:
+            advice = f"call {tool} with {changed[0]} as the request asks"
         head, tail = f"Step {step} ({tool}): ", f". Re-plan: {advice}."
         # a reason quoting a long value says which argument differs instead (whole, not cut)
         reasons = [r if len(head + r + tail) <= verifier.FEEDBACK_CHARS else
@@ -810,6 +865,40 @@ class GoldTeacher:
                     else f"failed with {kind}") for r in reasons]
         feedback = whole_parts(reasons, lambda kept: head + "; ".join(kept) + tail, verifier.FEEDBACK_CHARS)
         return criteria, feedback, fault or "unlabelled"
+
+    def _bound(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """``arguments`` as the Primitive binds them to ``tool``'s schema (the default
+        middleware's corrections made); None when they do not bind."""
+        try:
+            return bind_arguments(dict(arguments), self.specs[tool].parameters) if tool in self.specs else None
+        except BindingError:
+            return None
+
+    def _natural_differences(self, state: _TurnState, step: int, tool: str, used: dict[str, Any],
+                             asked: dict[str, Any]) -> list[tuple[str, str]]:
+        """(argument, reason) for each way the arguments ``tool`` was called with depart from
+        the step's gold call, each reason said from what the Verifier's input shows: a value
+        the Router bound literally is quoted as asked; any other only as not matching."""
+        call = state.plan_calls[step - 1]
+        if tool != call.name:
+            return [("tool", f"it called {tool}, not the tool the plan's step names")]
+        props = self.specs[call.name].parameters.get("properties", {}) if call.name in self.specs else {}
+        gold = self._bound(call.name, call.arguments) or call.arguments
+        differs = []
+        for name, value in gold.items():
+            if name not in used:
+                differs.append((name, f"{name} was left out"))
+            elif used[name] != value:
+                literal = name in asked and asked[name] == value
+                differs.append((name, f"{name} was {_value_text(used[name])} but the request asked for "
+                                      f"{_value_text(value)}" if literal else
+                                f"{name} was {_value_text(used[name])}, which the request does not give"))
+        for name, value in used.items():
+            if name not in gold and value != props.get(name, {}).get("default", object()):
+                differs.append((name, f"{name} was given, which the request does not ask for"))
+        # a reason whose quoted value reads as a cut clause (e.g. a placeholder "...") says less, whole
+        return [(name, reason if not is_clipped(reason) else f"{name} differs from what the request asked")
+                for name, reason in differs]
 
     def _verifier(self, p: dict[str, Any]) -> tuple[dict, dict]:
         state = self._current

@@ -196,6 +196,18 @@ def test_the_end_to_end_evaluation_may_run_on_its_own_engine(recipe):
     assert "--engine llamacpp" in " ".join(by_name["eval_e2e"].commands[0])
 
 
+def test_a_student_reaches_both_collections_with_the_evaluation_engine(recipe):
+    content = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**content, "collect": {**content.get("collect", {}), "student": "base",
+                                                             "student_rate": 0.5},
+                                      "eval": {**content.get("eval", {}), "engine": "llamacpp:f16"}}))
+    config, folder = load_pipeline(recipe)
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    for stage in ("collect", "collect_test"):
+        for command in by_name[stage].commands:
+            assert "--student base --student-rate 0.5 --student-engine llamacpp:f16" in " ".join(command)
+
+
 def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     content = yaml.safe_load(recipe.read_text())
     recipe.write_text(yaml.safe_dump({**content, "eval": {"engine": "llamacpp:f16"}}))
@@ -217,6 +229,10 @@ def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     ("run_dir: [unclosed", "malformed YAML"),  # the one recipe reader's message (heart_distill.recipes)
     ({"eval": {"e2e": [{"loop": {"max_plan_step": 4}}]}}, "eval.e2e.0.loop: not loop settings: max_plan_step"),
     ({"eval": {"e2e": [{"loop": {"router_mode": "steps"}}]}}, "eval.e2e.0.loop: router_mode must be one of"),
+    ({"collect": {"student": "base"}}, "collect.student and collect.student_rate go together"),
+    ({"collect": {"student_rate": 0.5}}, "collect.student and collect.student_rate go together"),
+    ({"collect": {"student": "runs/nowhere", "student_rate": 0.5}}, "collect.student must be 'base' or an adapters"),
+    ({"collect": {"student_rate": 1.5, "student": "base"}}, "'collect.student_rate'"),
 ])
 def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
     path = tmp_path / "pipeline.yaml"
