@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from heart.runtime.scripted import NATURAL
 from heart_distill.data.filters import RULES
 
 Messages = list[dict[str, str]]
@@ -315,7 +316,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         stats["verdicts_by_fault_kind"] = dict(sorted(by_kind.items()))
         stats["fail_examples"] = fails
         stats["clean_execution_fail_rate"] = round(clean_fails / fails, 4) if fails else None
-        natural = by_kind.get("natural", {}).get("FAIL", 0)
+        natural = by_kind.get(NATURAL, {}).get("FAIL", 0)
         stats["natural_fail_share"] = round(natural / fails, 4) if fails else None
     return stats
 

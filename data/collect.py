@@ -277,9 +277,8 @@ def collect(args: argparse.Namespace) -> int:
         _refuse(f"error: {err}")
     from heart.user_errors import UserError
 
-    _loop_config(args).check_files(environment.catalog())
-
     config = _loop_config(args)
+    config.check_files(environment.catalog())
     spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
                           max_batch_size=args.max_batch_size, loop=config, out=str(out),
                           concurrency=args.concurrency, run=secrets.token_hex(4), category=args.category,

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from heart.runtime.scripted import NATURAL
 from heart_distill.eval.formats import CRITERIA, PRIORITIES
 from heart_distill.eval.stats import Estimate, bootstrap, micro_prf, ratio
 
@@ -182,10 +183,6 @@ def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
 
 # -- Verifier ----------------------------------------------------------------------------
 
-NATURAL_FAULT = "natural"
-"""The ``fault_kind`` of a FAIL made by a model's own answer (the gold teacher's student), not injected."""
-
-
 def verifier_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
                     label: str | None = None, fault_kind: str | None = None) -> dict[str, Any]:
     """``label`` is the environment's verdict for the step (the dataset's label column);
@@ -193,7 +190,7 @@ def verifier_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
     the FAIL inputs into natural ones (a model's real mistake) and injected ones."""
     label = label or target.get("status")
     status = (prediction or {}).get("status")
-    natural = label == "FAIL" and fault_kind == NATURAL_FAULT
+    natural = label == "FAIL" and fault_kind == NATURAL
     injected = label == "FAIL" and fault_kind is not None and not natural
     row: dict[str, Any] = {
         "verdict_correct": int(status == label),

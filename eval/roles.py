@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from heart_distill.eval.formats import ROLES, canonical
-from heart_distill.eval.metrics import (NATURAL_FAULT, needs_extraction, primitive_scores, planner_scores, router_scores,
+from heart_distill.eval.metrics import (NATURAL, needs_extraction, primitive_scores, planner_scores, router_scores,
                                         summarize, verifier_scores)
 from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
                          with_base_side)
@@ -162,8 +162,8 @@ def natural_fails_in_turn(rows: list[dict[str, Any]], label: str) -> list[dict[s
     then holds as many natural FAILs as it can, up to half, so its accuracy on them is read
     on more than a handful."""
     fails = [i for i, row in enumerate(rows) if str(row[label]) == "FAIL"]
-    natural = [rows[i] for i in fails if rows[i].get("fault_kind") == NATURAL_FAULT]
-    injected = [rows[i] for i in fails if rows[i].get("fault_kind") != NATURAL_FAULT]
+    natural = [rows[i] for i in fails if rows[i].get("fault_kind") == NATURAL]
+    injected = [rows[i] for i in fails if rows[i].get("fault_kind") != NATURAL]
     turns = [row for pair in itertools.zip_longest(natural, injected) for row in pair if row is not None]
     reordered = list(rows)
     for i, row in zip(fails, turns):

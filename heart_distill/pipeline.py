@@ -260,11 +260,11 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
     faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
     mode = ["--router-mode", c.router_mode] if c.router_mode != "plan" else []
-    if c.student and c.student_rate:  # (a gold-teacher option, like the faults)
-        mode += ["--student", c.student, "--student-rate", str(c.student_rate), "--student-engine", e.engine]
+    student = (["--student", c.student, "--student-rate", str(c.student_rate), "--student-engine", e.engine]
+               if c.student and c.student_rate else [])  # (a gold-teacher option, like the faults)
     executor = config.executor.arguments()
     collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
-                "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency), *mode,
+                "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency), *mode, *student,
                 "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else []), *executor]
                for env in c.envs]
     roles_yaml = recipe_dir / t.recipe
@@ -275,7 +275,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
               "output.overwrite=true", *t.overrides]]
     test_faults = ["--fault-rate", str(h.fault_rate)] if h.fault_rate else []
     collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, *test_faults,
-                     "--concurrency", str(c.concurrency), *mode, "--out", str(run / "collect-test"),
+                     "--concurrency", str(c.concurrency), *mode, *student, "--out", str(run / "collect-test"),
                      *(["--limit", str(h.limit)] if h.limit else []), *executor] for env in h.envs]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs

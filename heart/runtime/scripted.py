@@ -854,10 +854,8 @@ class GoldTeacher:
             # the criteria say which checks failed; the feedback says what happened
             details = first_clause(str(envelope.get("details", "")).split(". ")[0], DETAILS_CHARS).rstrip(".")
             reasons.append(f"failed with {kind}" + (f": {details}" if details and not is_clipped(details) else ""))
-        advice = (f"call {tool} with {changed[0]} as asked" if changed
-                  else f"call {tool} with arguments its schema accepts")
-        if fault == NATURAL and changed:
-            advice = f"call {tool} with {changed[0]} as the request asks"
+        advice = (f"call {tool} with {changed[0]} as {'the request asks' if fault == NATURAL else 'asked'}"
+                  if changed else f"call {tool} with arguments its schema accepts")
         head, tail = f"Step {step} ({tool}): ", f". Re-plan: {advice}."
         # a reason quoting a long value says which argument differs instead (whole, not cut)
         reasons = [r if len(head + r + tail) <= verifier.FEEDBACK_CHARS else
