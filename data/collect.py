@@ -198,16 +198,6 @@ class CollectionSpec:
                               student_rate=self.student_rate, student_engine=self.student_engine)
 
 
-def environment_for(env: str, category: str | None):
-    """The environment a collection runs: ``env``, in ``category`` for BFCL (ValueError for
-    a category of another environment, or one BFCL's environment does not run)."""
-    if category is None:
-        return load_environment(env)
-    if env != "bfcl":
-        raise ValueError(f"--category applies to bfcl only, not {env!r}")
-    return load_environment(env, category=category)
-
-
 class CollectionWorker:
     """Runs shards of (task id, seed) episodes with one environment and one teacher, each
     shard into a trace shard of its own, created exclusively (:mod:`heart_distill.executors`).
@@ -221,7 +211,7 @@ class CollectionWorker:
 
     def __init__(self, spec: CollectionSpec, environment=None, teacher: TeacherFactory | None = None):
         self.spec = spec
-        self.environment = environment or environment_for(spec.env, spec.category)
+        self.environment = environment or load_environment(spec.env, spec.category)
         self.teacher = teacher or spec.teacher_factory(self.environment)
         self.traces = Path(spec.out) / "traces"
 
@@ -272,7 +262,7 @@ def collect(args: argparse.Namespace) -> int:
     except ExecutorError as err:
         raise SystemExit(f"error: --executor ray: {err}") from None
     try:
-        environment = environment_for(args.env, args.category)
+        environment = load_environment(args.env, args.category)
     except ValueError as err:
         _refuse(f"error: {err}")
     from heart.user_errors import UserError

@@ -54,7 +54,7 @@ import numpy as np
 
 from heart.atomic import publish_text
 from heart.argtypes import nonnegative_float, nonnegative_int, positive_int
-from heart.environments.bfcl_ast import AST_CATEGORIES
+from heart.environments import BFCL_CATEGORIES, BFCL_SINGLE_TURN_CATEGORIES, ENVIRONMENTS, load_environment
 from heart_distill.eval import e2e_folder
 from heart_distill.eval.e2e_folder import EPISODES, RESULTS, TRACE
 from heart_distill.eval.formats import ROLES
@@ -140,20 +140,6 @@ class EpisodeEvents:
         self.rows.append(item if isinstance(item, dict) else dataclasses.asdict(item))
 
 
-def load_environment(env: str, category: str | None):
-    if env == "bfcl" and category in AST_CATEGORIES:
-        from heart.environments.bfcl_ast import BFCLASTEnvironment
-
-        return BFCLASTEnvironment(category)
-    from heart.environments import load_environment as load
-
-    if env == "bfcl":
-        return load("bfcl", category=category or "multi_turn_base")
-    if category is not None:
-        raise ValueError(f"--category applies to bfcl only, not {env!r}")
-    return load(env)
-
-
 def infrastructure_error(record: Any, events: list[dict[str, Any]]) -> str | None:
     """Why an episode says nothing about the model, or None when it is a fair measurement."""
     if record.errored:  # EpisodeRecord.errored (set by the loop, when it can tell)
@@ -205,7 +191,7 @@ def run_one(environment, task_id: str, seed: int, backend: Backend | None, model
 
     start = time.perf_counter()
     events = EpisodeEvents()
-    single_turn = config.category in AST_CATEGORIES
+    single_turn = config.category in BFCL_SINGLE_TURN_CATEGORIES
     # a single-turn BFCL answer is the one set of calls an attempt makes: a re-plan would add
     # calls that the AST checker counts against it
     loop_config = dataclasses.replace(config.loop, short_prompts=models.short_prompts,
@@ -486,9 +472,8 @@ def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int, ar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
-    parser.add_argument("--category", help="bfcl: multi_turn_base (default), multi_turn_long_context, "
-                                           f"or single-turn {', '.join(AST_CATEGORIES)}")
+    parser.add_argument("--env", required=True, choices=ENVIRONMENTS)
+    parser.add_argument("--category", choices=BFCL_CATEGORIES, help="bfcl only (default multi_turn_base)")
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
     parser.add_argument("--roles", dest="roles_spec", default="base", help="base | ADAPTERS_DIR | teacher:SPEC")
     parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")

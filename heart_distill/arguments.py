@@ -13,6 +13,7 @@ import typing
 from typing import Any, Literal, Sequence
 
 from heart.argtypes import nonnegative_float, nonnegative_int, positive_int, probability
+from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
 from heart.settings import POLICY, LoopConfig, user_settings
 
 
@@ -91,10 +92,10 @@ def executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 def collect_arguments(parser: argparse.ArgumentParser) -> None:
     """``heart collect`` / ``python -m heart_distill.data.collect``."""
-    parser.add_argument("--env", required=True, choices=["bfcl", "agentdojo"])
-    parser.add_argument("--category", default=None,
-                        help="bfcl: the multi-turn category (multi_turn_base by default, multi_turn_long_context, "
-                             "multi_turn_miss_param: the user withholds a parameter until asked)")
+    parser.add_argument("--env", required=True, choices=ENVIRONMENTS)
+    parser.add_argument("--category", default=None, choices=BFCL_CATEGORIES,
+                        help="bfcl only (default multi_turn_base; multi_turn_miss_param: the user withholds a "
+                             "parameter until asked; simple, multiple, parallel, parallel_multiple: single-turn)")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"])
     parser.add_argument("--teacher", default="gold", help="gold | openai:<url>#<model> | hf:<model>")
     parser.add_argument("--fault-rate", type=probability, default=0.0,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
+from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
 from heart.runtime.backends import backend_for, parse_model_spec
 from heart.runtime.engines import ENGINE_SPECS
 from heart.settings import POLICY, TURN, LoopConfig
@@ -274,7 +275,12 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_tasks(args: argparse.Namespace) -> int:
     from heart.environments import load_environment
 
-    for task_id in load_environment(args.env).task_ids(args.split):
+    try:
+        environment = load_environment(args.env, args.category)
+    except ValueError as err:
+        print(f"heart tasks: error: {err}", file=sys.stderr)
+        return 2
+    for task_id in environment.task_ids(args.split):
         print(task_id)
     return 0
 
@@ -305,7 +311,7 @@ def cmd_toolface(args: argparse.Namespace) -> int:
 
 def _toolface_arguments(sub) -> None:
     p = sub.add_parser("toolface", help="show the tools ToolFace retrieves for a task's turn or a query")
-    p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
+    p.add_argument("--env", default="bfcl", choices=ENVIRONMENTS)
     p.add_argument("--task", help="task id (default: the first task)")
     p.add_argument("--turn", type=nonnegative_int, default=0, help="which user turn's text is the query")
     p.add_argument("--query", help="search this text instead of the task's turn")
@@ -401,7 +407,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def _loop_arguments(p: argparse.ArgumentParser, model_default: str, **loop_defaults) -> None:
-    p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
+    p.add_argument("--env", default="bfcl", choices=ENVIRONMENTS)
     p.add_argument("--model", default=model_default,
                    help="embedded name (smollm2-135m, tiny-qwen3), a local folder, a HF id, 'gold' "
                         "(the gold-guided teacher) or openai:<url>#<model>")
@@ -538,7 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("tasks", help="list task ids")
-    p.add_argument("--env", default="bfcl", choices=["bfcl", "agentdojo"])
+    p.add_argument("--env", default="bfcl", choices=ENVIRONMENTS)
+    p.add_argument("--category", choices=BFCL_CATEGORIES, help="bfcl only (default multi_turn_base)")
     p.add_argument("--split", choices=["train", "dev", "test"])
     p.set_defaults(func=cmd_tasks)
 

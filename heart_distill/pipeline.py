@@ -35,6 +35,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import Field
 
 from heart import ROLES
+from heart.environments.splits import SPLITS_VERSION
 from heart.roles import FORMATS_VERSION
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
@@ -399,7 +400,8 @@ def fingerprint(paths: list[Path]) -> str:
 
 
 def stage_key(stage: Stage) -> str:
-    payload = json.dumps({"version": STAMP_VERSION, "formats": FORMATS_VERSION, "stage": stage.name,
+    payload = json.dumps({"version": STAMP_VERSION, "formats": FORMATS_VERSION, "splits": SPLITS_VERSION,
+                          "stage": stage.name,
                           "commands": stage.commands,
                           "inputs": fingerprint(stage.inputs)}, sort_keys=True)
     return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()

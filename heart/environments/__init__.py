@@ -16,13 +16,47 @@ from heart.environments.base import (
 )
 from heart.environments.splits import SPLITS, split_of
 
+ENVIRONMENTS = ("bfcl", "agentdojo")
+"""The benchmark environments every command can run."""
 
-def load_environment(name: str, **options) -> Environment:
-    """Return the environment called ``name`` ("bfcl" or "agentdojo")."""
+BFCL_MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context", "multi_turn_miss_param")
+"""BFCL categories :class:`~heart.environments.bfcl.BFCLEnvironment` runs as BFCL does.
+miss_param's user withholds a parameter and gives it in the next turn; miss_func (tools
+appear in a later turn) needs per-turn tool sets that the environment does not model."""
+
+BFCL_SINGLE_TURN_CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
+                               "parallel_multiple": "parallel_multiple"}
+"""BFCL single-turn AST categories :class:`~heart.environments.bfcl_ast.BFCLASTEnvironment`
+runs (category name → BFCL test category, file BFCL_v4_<category>.json): ``simple`` and
+``multiple`` hold one call (``multiple``: chosen among similar tools), ``parallel`` several
+calls of one function, ``parallel_multiple`` several functions."""
+
+BFCL_CATEGORIES = BFCL_MULTI_TURN_CATEGORIES + tuple(BFCL_SINGLE_TURN_CATEGORIES)
+"""Every BFCL category a command takes (``--category``); multi_turn_base is the default."""
+
+
+def check_category(env: str, category: str | None) -> None:
+    """ValueError unless ``category`` is None or one of ``env``'s categories."""
+    if category is None:
+        return
+    if env != "bfcl":
+        raise ValueError(f"--category applies to bfcl only, not {env!r}")
+    if category not in BFCL_CATEGORIES:
+        raise ValueError(f"unknown BFCL category {category!r}: expected one of {', '.join(BFCL_CATEGORIES)}")
+
+
+def load_environment(name: str, category: str | None = None, **options) -> Environment:
+    """Return the environment called ``name`` ("bfcl" or "agentdojo"), for BFCL in
+    ``category`` (:data:`BFCL_CATEGORIES`; multi_turn_base by default)."""
+    check_category(name, category)
+    if name == "bfcl" and category in BFCL_SINGLE_TURN_CATEGORIES:
+        from heart.environments.bfcl_ast import BFCLASTEnvironment
+
+        return BFCLASTEnvironment(category, **options)
     if name == "bfcl":
         from heart.environments.bfcl import BFCLEnvironment
 
-        return BFCLEnvironment(**options)
+        return BFCLEnvironment(category=category or "multi_turn_base", **options)
     if name == "agentdojo":
         from heart.environments.agentdojo import AgentDojoEnvironment
 
@@ -31,6 +65,10 @@ def load_environment(name: str, **options) -> Environment:
 
 
 __all__ = [
+    "BFCL_CATEGORIES",
+    "BFCL_MULTI_TURN_CATEGORIES",
+    "BFCL_SINGLE_TURN_CATEGORIES",
+    "ENVIRONMENTS",
     "Environment",
     "EnvironmentSession",
     "EpisodeScore",
@@ -38,6 +76,7 @@ __all__ = [
     "Task",
     "ToolCall",
     "ToolExecutionError",
+    "check_category",
     "load_environment",
     "split_of",
 ]

@@ -8,7 +8,7 @@ the end, the logged calls are rendered as BFCL call strings and scored by BFCL's
 ``multi_turn_checker``, which re-executes them next to the gold calls and compares the
 backends' states and results turn by turn.
 
-``multi_turn_miss_param`` (:data:`CATEGORIES`): a task's request withholds a parameter — the
+``multi_turn_miss_param`` (:data:`heart.environments.BFCL_MULTI_TURN_CATEGORIES`): a task's request withholds a parameter — the
 turn's gold is empty and the next user turn gives the value. The session plays that user,
 from the data, without a model: a clarification question asked in such a turn is answered
 with the next turn's text, and the calls that follow are logged under that next turn, as
@@ -55,6 +55,7 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa:
     multi_turn_irrelevance_checker,
 )
 
+from heart.environments import BFCL_MULTI_TURN_CATEGORIES  # noqa: E402
 from heart.environments.base import (  # noqa: E402
     EpisodeScore,
     Task,
@@ -77,12 +78,6 @@ MULTI_TURN_CLASSES = (
     "VehicleControlAPI",
 )
 """The eight backends of the multi-turn categories (BFCL's other classes serve agentic ones)."""
-
-CATEGORIES = ("multi_turn_base", "multi_turn_long_context", "multi_turn_miss_param")
-"""Categories whose tasks this environment runs as BFCL does. miss_param's user withholds a
-parameter and gives it in the next turn (:func:`withheld_turns`: the session answers a
-clarification with it). miss_func (tools appear in a later turn) needs per-turn tool sets
-that this environment does not model."""
 
 CLARIFY_ANSWER = (
     "I have no further information: everything needed is in my request. "
@@ -164,9 +159,9 @@ class BFCLEnvironment:
     name = "bfcl"
 
     def __init__(self, category: str = "multi_turn_base", check_irrelevance: bool = False):
-        if category not in CATEGORIES:
+        if category not in BFCL_MULTI_TURN_CATEGORIES:
             raise ValueError(
-                f"unsupported BFCL category {category!r}: expected one of {CATEGORIES}"
+                f"unsupported BFCL category {category!r}: expected one of {BFCL_MULTI_TURN_CATEGORIES}"
             )
         self.category = category
         """BFCL test category, e.g. "multi_turn_base"."""

@@ -24,14 +24,11 @@ from functools import cached_property
 from typing import Any
 
 import heart.environments.bfcl as bfcl  # sets BFCL_PROJECT_ROOT before bfcl_eval is imported
+from heart.environments import BFCL_SINGLE_TURN_CATEGORIES
 from heart.environments.base import EpisodeScore, Task, ToolCall
 from heart.environments.calls import EpisodeLog, LoggedSession
 from heart.environments.splits import split_of
 from heart.toolface import Tool, ToolSpec
-
-AST_CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
-                  "parallel_multiple": "parallel_multiple"}
-"""Category flag → BFCL test category (file BFCL_v4_<category>.json)."""
 
 CHECKER_MODEL = "heart"
 """The model name handed to bfcl's checker (a key of the one-entry registry below)."""
@@ -71,10 +68,10 @@ class BFCLASTEnvironment:
     name = "bfcl"  # the toolkit's split is keyed by ("bfcl", task id), as for multi-turn
 
     def __init__(self, category: str = "simple"):
-        if category not in AST_CATEGORIES:
-            raise ValueError(f"unknown BFCL AST category {category!r}: expected one of {list(AST_CATEGORIES)}")
+        if category not in BFCL_SINGLE_TURN_CATEGORIES:
+            raise ValueError(f"unknown BFCL AST category {category!r}: expected one of {list(BFCL_SINGLE_TURN_CATEGORIES)}")
         self.category = category
-        self.test_category = AST_CATEGORIES[category]
+        self.test_category = BFCL_SINGLE_TURN_CATEGORIES[category]
 
     @cached_property
     def _entries(self) -> dict[str, dict[str, Any]]:

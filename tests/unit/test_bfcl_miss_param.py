@@ -249,7 +249,33 @@ def test_collect_refuses_a_category_outside_bfcl(tmp_path, capsys):
     assert "--category applies to bfcl only" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--env", "bfcl", "--category", "multi_turn_nope", "--out", str(tmp_path / "run")])
-    assert "unsupported BFCL category 'multi_turn_nope'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "invalid choice: 'multi_turn_nope'" in err
+
+
+@pytest.mark.parametrize("command", [["collect", "--out", "unused"], ["eval", "e2e", "--out", "unused"], ["tasks"]])
+def test_every_command_names_every_bfcl_category_it_takes(command, capsys):
+    """One list of BFCL categories (heart.environments.BFCL_CATEGORIES) for every command:
+    an unknown category is refused with all of them named, single-turn ones included."""
+    from heart.environments import BFCL_CATEGORIES
+    from heart_distill.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--env", "bfcl", "--category", "nonexistent"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nonexistent'" in err
+    assert all(repr(category) in err for category in BFCL_CATEGORIES)
+
+
+def test_heart_tasks_lists_a_categorys_tasks(capsys):
+    from heart_distill.cli import main
+
+    assert main(["tasks", "--env", "bfcl", "--category", "parallel_multiple", "--split", "test"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed and all(t.startswith("parallel_multiple_") for t in listed)
+    assert main(["tasks", "--env", "agentdojo", "--category", "simple"]) == 2
+    assert "--category applies to bfcl only" in capsys.readouterr().err
 
 
 def test_clarification_rows_reach_the_planners_dataset_and_its_card(tmp_path):

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from heart.environments import SPLITS, split_of
+from heart.environments import BFCL_CATEGORIES, SPLITS, load_environment, split_of
+from heart.environments.splits import bfcl_canonical_ids
 from heart.environments.agentdojo import AgentDojoEnvironment
 from heart.environments.bfcl import BFCLEnvironment
 
@@ -61,3 +62,34 @@ def test_splits_are_stable_across_calls_and_instances(env):
     fresh = type(env)()
     for name in SPLITS:
         assert env.task_ids(name) == env.task_ids(name) == fresh.task_ids(name)
+
+
+def _first_turns(split: str) -> dict[str, tuple[str, str]]:
+    """First user turn → (category, task id) of every task of ``split`` in every BFCL
+    category a command can run."""
+    out = {}
+    for category in BFCL_CATEGORIES:
+        environment = load_environment("bfcl", category)
+        for task_id in environment.task_ids(split):
+            out.setdefault(environment.load_task(task_id).turns[0].strip(), (category, task_id))
+    return out
+
+
+def test_no_bfcl_test_task_shares_its_first_turn_with_a_train_or_dev_task_of_any_category():
+    test = _first_turns("test")
+    assert len(test) > 300  # every category contributes: the check below is not vacuous
+    for split in ("train", "dev"):
+        leaks = [(test[turn], where) for turn, where in _first_turns(split).items() if turn in test]
+        assert not leaks, f"{len(leaks)} test tasks ask what a {split} task asks, e.g. {leaks[:3]}"
+
+
+@pytest.mark.parametrize("family", ["multi_turn_long_context", "multi_turn_miss_func", "multi_turn_miss_param"])
+def test_a_bfcl_rewrite_takes_the_split_of_the_base_task_it_rewrites(family):
+    assert all(split_of("bfcl", f"{family}_{i}") == split_of("bfcl", f"multi_turn_base_{i}") for i in range(200))
+
+
+def test_a_multiple_task_built_from_a_simple_one_takes_its_split():
+    canonical = bfcl_canonical_ids()
+    built = {t: c for t, c in canonical.items() if t.startswith("multiple_") and c.startswith("simple_python_")}
+    assert len(built) >= 90  # BFCL's multiple category reuses 96 simple_python queries
+    assert all(split_of("bfcl", t) == split_of("bfcl", c) for t, c in built.items())
