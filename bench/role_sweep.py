@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trained", action="append", default=[], metavar="NAME=ADAPTERS",
                         help="variant NAME is already trained: its adapters folder (<ADAPTERS>/<role>), "
                              "e.g. the benchmark's own; evaluated, not trained again")
+    parser.add_argument("--train-data", action="append", default=[], metavar="NAME=DATASETS",
+                        help="variant NAME trains on another role datasets folder's train rows (a data "
+                             "variant: another collection), and is scored on --datasets' validation rows "
+                             "like the others; their validation tasks must not be its train tasks (checked)")
     parser.add_argument("--limit", type=int, default=0, help="validation rows scored (0: all)")
     parser.add_argument("--engine", default="llamacpp:f16")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "bench" / "role_sweep",
@@ -74,7 +78,22 @@ def run(command: list[str]) -> None:
     subprocess.run(command, check=True, cwd=REPO)
 
 
-def run_variant(args: argparse.Namespace, name: str, overrides: list[str], trained: Path | None = None) -> dict:
+def check_disjoint(train_data: Path, datasets: Path, role: str) -> None:
+    """ValueError when a validation task of ``datasets`` is a train task of ``train_data``."""
+    from datasets import load_from_disk
+
+    def tasks(folder: Path, split: str) -> set[tuple[str, str]]:
+        rows = load_from_disk(str(folder / role))[split]
+        return set(zip(rows["env"], rows["task_id"]))
+
+    shared = tasks(train_data, "train") & tasks(datasets, "validation")
+    if shared:
+        raise ValueError(f"{train_data} trains on {len(shared)} validation task(s) of {datasets}, "
+                         f"e.g. {sorted(shared)[:3]}")
+
+
+def run_variant(args: argparse.Namespace, name: str, overrides: list[str], trained: Path | None = None,
+                train_data: Path | None = None) -> dict:
     folder = args.work / args.role / name
     adapters = trained or folder / "adapters"
     evaluated = folder / "eval" / "roles.json"
@@ -87,7 +106,7 @@ def run_variant(args: argparse.Namespace, name: str, overrides: list[str], train
         started = time.perf_counter()
         if trained is None:
             run(["heart", "train", "--recipe", str(RECIPE), "--roles", args.role,
-                 f"data.dataset_dir={args.datasets / args.role}", f"output.dir={adapters / args.role}",
+                 f"data.dataset_dir={(train_data or args.datasets) / args.role}", f"output.dir={adapters / args.role}",
                  "output.overwrite=true", "data.max_train_examples=0", *overrides])
         train_s = round(time.perf_counter() - started, 1) if trained is None else None
         run(["heart", "eval", "roles", "--data", str(args.datasets), "--split", "validation",
@@ -96,7 +115,7 @@ def run_variant(args: argparse.Namespace, name: str, overrides: list[str], train
              "--out", str(folder / "eval")])
         recorded.write_text(json.dumps({"overrides": overrides, "train_s": train_s}) + "\n")
     figures = json.loads(evaluated.read_text())["figures"][args.role]
-    return {"name": name, "overrides": overrides, "train_s": train_s,
+    return {"name": name, "overrides": overrides, "train_data": str(train_data or args.datasets), "train_s": train_s,
             "primary": HEADLINE[args.role], "primary_figure": figures[HEADLINE[args.role]], "figures": figures}
 
 
@@ -112,8 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or len(trained) != len(args.trained):
         print(f"error: --trained must be NAME=ADAPTERS for a variant's NAME, got {args.trained}", file=sys.stderr)
         return 2
-    results = [run_variant(args, name, overrides, Path(trained[name]) if name in trained else None)
-               for name, overrides in variants]
+    train_data = {name: Path(folder) for name, folder in (t.split("=", 1) for t in args.train_data if "=" in t)}
+    if set(train_data) - {name for name, _ in variants} or len(train_data) != len(args.train_data):
+        print(f"error: --train-data must be NAME=DATASETS for a variant's NAME, got {args.train_data}", file=sys.stderr)
+        return 2
+    for folder in train_data.values():
+        try:
+            check_disjoint(folder, args.datasets, args.role)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"error: --train-data: {err}", file=sys.stderr)
+            return 2
+    results = [run_variant(args, name, overrides, Path(trained[name]) if name in trained else None,
+                           train_data.get(name)) for name, overrides in variants]
     best = max(results, key=lambda r: r["primary_figure"]["value"] or 0.0)
     out = args.out
     # one file for every role swept: another role's entry (and its stamp) is kept as it was

@@ -48,7 +48,7 @@ from heart_distill.data.filters import (
 )
 from heart.argtypes import fraction, nonnegative_int, ratio_or_none
 from heart.atomic import locked, staged_dir
-from heart.environments.splits import split_of
+from heart.environments.splits import group_id, split_of
 from heart.traces import TraceFormatError, TraceReadStats, read_trace
 
 SPLIT_NAMES = ("train", "validation")
@@ -254,9 +254,14 @@ def _bucket(*parts: str) -> float:
 
 
 def validation_tasks_by_fraction(tasks: set[tuple[str, str]], fraction: float) -> set[tuple[str, str]]:
-    """A deterministic ``fraction`` of task ids (hashed), at least one when there are two."""
-    ranked = sorted(tasks, key=lambda t: _bucket("heart-validation", *t))
-    chosen = {t for t in ranked if _bucket("heart-validation", *t) < fraction}
+    """A deterministic ``fraction`` of task ids (hashed by content group, so tasks that ask
+    the same thing fall on one side: :func:`heart.environments.splits.group_id`), at least
+    one when there are two."""
+    def bucket(task: tuple[str, str]) -> float:
+        return _bucket("heart-validation", task[0], group_id(*task))
+
+    ranked = sorted(tasks, key=bucket)
+    chosen = {t for t in ranked if bucket(t) < fraction}
     if not chosen and fraction > 0 and len(ranked) >= 2:
         chosen = {ranked[0]}
     return chosen

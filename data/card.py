@@ -246,6 +246,10 @@ def _payload_and_answer(example: dict[str, Any]) -> tuple[dict[str, Any] | None,
     return payload, answer
 
 
+PLAN_LENGTHS = ("none", "1 step", "2 steps", "3+ steps")
+"""The Planner card's plan-length buckets (by number of steps, capped at the last)."""
+
+
 def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What a student can learn from these examples: schema-valid share (every role);
     Planner targets using only shown tools; Router literal values found in the input;
@@ -265,6 +269,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     by_kind: dict[str, dict[str, int]] = {}
     fails = clean_fails = 0
     clarifications, clarification_tasks = 0, set()
+    plan_lengths = {"first": collections.Counter(), "replan": collections.Counter()}
     writes_retried, priorities = 0, collections.Counter()
     for example in examples:
         payload, answer = _payload_and_answer(example)
@@ -281,6 +286,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
             unseen = [s.get("tool_hint") for s in answer.get("plan", []) if s.get("tool_hint") not in shown]
             outside += len(unseen)
             planner_ok += not unseen
+            steps = len(answer.get("plan") or [])
+            bucket = "clarification" if answer.get("status") == "INSUFFICIENT" else PLAN_LENGTHS[min(steps, 3)]
+            plan_lengths["replan" if example.get("attempt") else "first"][bucket] += 1
             if answer.get("status") == "INSUFFICIENT":  # the Planner asks the user (Algorithm 1, lines 2-5)
                 clarifications += 1
                 clarification_tasks.add((example.get("env"), example.get("task_id")))
@@ -307,6 +315,8 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         stats["tools_outside_retrieval"] = outside
         stats["clarification_rows"] = clarifications
         stats["clarification_tasks"] = len(clarification_tasks)
+        stats["plan_lengths"] = {call: {b: counts[b] for b in (*PLAN_LENGTHS, "clarification")}
+                                 for call, counts in plan_lengths.items()}
     if role == "router":
         stats["literal_values"] = literal_total
         stats["grounded_rate"] = round(1 - literal_missing / literal_total, 4) if literal_total else None
@@ -333,6 +343,12 @@ def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, 
         lines.append(f"- clarification rows (INSUFFICIENT: the Planner asks the user for a detail the request "
                      f"withholds, as in BFCL multi_turn_miss_param): {quality.get('clarification_rows', 0)} "
                      f"of {quality.get('examples', 0)}, from {quality.get('clarification_tasks', 0)} task(s)")
+        lengths = quality.get("plan_lengths")
+        if lengths:
+            lines += ["", "Plan lengths of the targets (a re-plan, attempt > 0, mostly carries the steps left):", "",
+                      "| call | " + " | ".join(lengths["first"]) + " |", "|---|" + "---:|" * len(lengths["first"])]
+            for call, label in (("first", "first plan of a turn"), ("replan", "re-plan")):
+                lines.append(f"| {label} | " + " | ".join(str(n) for n in lengths[call].values()) + " |")
     if role == "router":
         lines.append(f"- grounded rate (literal binding values found in the Router's input): "
                      f"{quality.get('grounded_rate')} of {quality.get('literal_values')} values")

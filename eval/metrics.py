@@ -6,7 +6,9 @@ returns the per-example columns; :func:`summarize` turns a role's rows into its 
 each with a bootstrap 95% interval and n (:mod:`eval.stats`).
 
 - Planner: valid-output rate, sufficiency decision accuracy, tool-sequence exact match,
-  tool precision / recall / F1 (micro, over tool multisets);
+  tool precision / recall / F1 (micro, over tool multisets), step-count accuracy; the
+  exact match and step-count accuracy again on one-step and on multi-step gold plans, each
+  beside the trivial one-step Planner that takes the first tool it is shown;
 - Router: per-argument and per-step exact match of bindings (``$step_j.field`` references
   compared symbolically: ``$step_1.x`` is ``$step_1.result.x``, as the loop resolves it),
   h-params validity (retry in [1, 5], priority low | normal | high, integer timeout_s > 0);
@@ -43,14 +45,34 @@ def plan_tools(output: dict[str, Any] | None) -> list[str]:
     return [step.get("tool_hint") for step in output.get("plan") or []]
 
 
-def planner_scores(target: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
+def planner_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
+                   shown: list[str] | None = None) -> dict[str, Any]:
+    """The Planner's columns, and by the gold plan's length (one step, or two and more; a
+    clarification is in neither stratum) the same figures beside the trivial Planner that
+    plans one step with the first tool it is shown (``shown``, the input's tool hints in
+    order): a metric that rule satisfies on a stratum measures nothing there."""
     gold, predicted = plan_tools(target), plan_tools(prediction)
     overlap = sum((Counter(gold) & Counter(predicted)).values())
     same_status = prediction is not None and prediction.get("status") == target.get("status")
+    em = int(same_status and gold == predicted)
+    step_count = int(same_status and len(gold) == len(predicted))
+    sufficient = target.get("status") == "SUFFICIENT"
+    first_tool = int(sufficient and shown is not None and gold == list(shown[:1]))
+    one, multi = sufficient and len(gold) == 1, len(gold) >= 2
+
+    def stratum(value: int, inside: bool) -> int | None:
+        return value if inside else None
+
     return {
         "sufficiency_correct": int(same_status),
-        "tool_sequence_em": int(same_status and gold == predicted),
+        "tool_sequence_em": em,
         "tool_tp": overlap, "tool_predicted": len(predicted), "tool_gold": len(gold),
+        "step_count_correct": step_count, "first_tool_em": first_tool if shown is not None else None,
+        "one_step_em": stratum(em, one), "multi_step_em": stratum(em, multi),
+        "one_step_count_correct": stratum(step_count, one), "multi_step_count_correct": stratum(step_count, multi),
+        "one_step_first_tool_em": stratum(first_tool, one and shown is not None),
+        "multi_step_first_tool_em": stratum(first_tool, multi and shown is not None),
+        "multi_step_gold": int(multi) if sufficient else None,
     }
 
 
@@ -236,6 +258,18 @@ METRICS: dict[str, dict[str, tuple[tuple[str, ...], Callable[[np.ndarray], float
         "tool_precision": (("tool_tp", "tool_predicted", "tool_gold"), _prf(0)),
         "tool_recall": (("tool_tp", "tool_predicted", "tool_gold"), _prf(1)),
         "tool_f1": (("tool_tp", "tool_predicted", "tool_gold"), _prf(2)),
+        "step_count_accuracy": _mean("step_count_correct"),
+        "first_tool_baseline_em": _mean("first_tool_em"),
+        "multi_step_share": _mean("multi_step_gold"),
+        # by the gold plan's length: one step, two or more (BFCL parallel / parallel_multiple
+        # answers, multi-step turns); the "first tool" baseline plans one step, so it is 0 on
+        # the second stratum by construction and the ceiling of "always one step" on the first
+        "one_step_tool_sequence_em": _mean("one_step_em"),
+        "one_step_count_accuracy": _mean("one_step_count_correct"),
+        "one_step_first_tool_baseline_em": _mean("one_step_first_tool_em"),
+        "multi_step_tool_sequence_em": _mean("multi_step_em"),
+        "multi_step_count_accuracy": _mean("multi_step_count_correct"),
+        "multi_step_first_tool_baseline_em": _mean("multi_step_first_tool_em"),
     },
     "router": {
         "binding_argument_em": (("args_matched", "args_total"), ratio),

@@ -39,6 +39,7 @@ from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_ro
 from heart_distill.eval.serving import matches_schema, parse_output, parse_target, schema_for, tool_schema
 from heart.argtypes import nonnegative_int, positive_int
 from heart.roles.common import role_input
+from heart.roles.planner import shown_tools
 from heart.runtime.base import Backend, Generation, GenerationRequest, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
 
@@ -143,6 +144,8 @@ def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, s
                                    limit), left_out
         if role == "primitive":
             return balanced_sample(list(rows.shuffle(seed=seed)), primitive_stratum, limit), left_out
+        if role == "planner":
+            return balanced_sample(list(rows.shuffle(seed=seed)), planner_stratum, limit), left_out
         rows = rows.shuffle(seed=seed).select(range(limit))
     return list(rows), left_out
 
@@ -154,6 +157,15 @@ def primitive_stratum(row: dict[str, Any]) -> str:
     payload = role_input(row["messages"][:-1])
     tool_call = payload.get("tool", {}).get("family", "tool") != "code"
     return "extraction" if tool_call and needs_extraction(payload.get("resolved_bindings") or {}) else "other"
+
+
+def planner_stratum(row: dict[str, Any]) -> str:
+    """"multi_step" for a target plan of two or more steps, else "one_step" (a one-step plan
+    or a clarification): the Planner's sample takes them in turn, so a Planner that only
+    writes one-step plans cannot look good on a sample of mostly one-step inputs."""
+    target = parse_target("planner", row["messages"][-1]["content"])
+    steps = len(target.value.plan or []) if target.ok and target.value.status == "SUFFICIENT" else 0
+    return "multi_step" if steps >= 2 else "one_step"
 
 
 def natural_fails_in_turn(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
@@ -224,7 +236,7 @@ def score_row(role: str, row: dict[str, Any], generation: Generation) -> dict[st
     parsed = result.value.model_dump(mode="json") if result.ok else None
     prediction = canonical(role, parsed)
     if role == "planner":
-        scores = planner_scores(target, prediction)
+        scores = planner_scores(target, prediction, shown=list(shown_tools(payload)))
         scores["valid_output"] = int(parsed is not None and matches_schema(generation.text, schema_for(role, payload)))
     elif role == "router":
         scores = router_scores(target, prediction)

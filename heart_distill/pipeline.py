@@ -35,6 +35,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import Field
 
 from heart import ROLES
+from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
 from heart.environments.splits import SPLITS_VERSION
 from heart.roles import FORMATS_VERSION
 from heart.atomic import publish_text
@@ -43,7 +44,8 @@ from heart_distill.arguments import loop_flags
 from heart_distill.recipes import RecipeError, Role, load_roles, read_yaml, validate_sections
 from heart_distill.library_cli import ENGINE_CHOICES as LIBRARY_ENGINES
 
-Env = Literal["bfcl", "agentdojo"]
+Env = Literal[ENVIRONMENTS]
+BFCLCategory = Literal[BFCL_CATEGORIES]
 EngineSpec = Literal[ENGINE_SPECS]  # type: ignore[valid-type]  (a tuple subscript: one Literal of each)
 STAMP_VERSION = 1
 
@@ -72,6 +74,10 @@ class PipelineError(ValueError):
 class CollectConfig:
     envs: list[Env] = field(default_factory=lambda: ["bfcl", "agentdojo"])
     """Environments whose train split the teacher runs over."""
+    bfcl_categories: list[BFCLCategory] = field(default_factory=lambda: ["multi_turn_base"])
+    """BFCL's categories collected (``heart collect --category``): multi-turn, and the
+    single-turn ones whose answers hold several calls (parallel, parallel_multiple) or one
+    call chosen among similar tools (multiple) — distinct multi-step plans for the Planner."""
     teacher: str = "gold"
     """Teacher: gold (gold-guided, offline), openai:<url>#<model> (vLLM or any API), or hf:<model>."""
     fault_rate: Annotated[float, Field(ge=0, le=1)] = 0.3
@@ -97,6 +103,8 @@ class CollectConfig:
 class HeldoutConfig:
     envs: list[Env] = field(default_factory=lambda: ["bfcl", "agentdojo"])
     """Environments whose test split gives the held-out role inputs."""
+    bfcl_categories: list[BFCLCategory] = field(default_factory=lambda: ["multi_turn_base"])
+    """BFCL's categories whose test split gives held-out role inputs."""
     fault_rate: Annotated[float, Field(ge=0, le=1)] = 0.3
     """Fault rate of the test collection (held-out Verifier inputs need FAIL cases too)."""
     limit: Annotated[int, Field(ge=0)] = 20
@@ -256,6 +264,13 @@ class Stage:
     of the key: a continued run must finish with what an uninterrupted one would have made."""
 
 
+def _collections(envs: list[str], bfcl_categories: list[str]) -> list[tuple[str, list[str]]]:
+    """(environment, its ``--category`` flags) of each collection: one per BFCL category
+    (the default category without a flag, so its command line is what it always was)."""
+    return [(env, [] if category in (None, "multi_turn_base") else ["--category", category])
+            for env in envs for category in (bfcl_categories if env == "bfcl" else [None])]
+
+
 def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     run = Path(config.run_dir)
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
@@ -264,10 +279,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     student = (["--student", c.student, "--student-rate", str(c.student_rate), "--student-engine", e.engine]
                if c.student and c.student_rate else [])  # (a gold-teacher option, like the faults)
     executor = config.executor.arguments()
-    collect = [["heart", "collect", "--env", env, "--split", "train", "--teacher", c.teacher, *faults,
+    collect = [["heart", "collect", "--env", env, *category, "--split", "train", "--teacher", c.teacher, *faults,
                 "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency), *mode, *student,
                 "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else []), *executor]
-               for env in c.envs]
+               for env, category in _collections(c.envs, c.bfcl_categories)]
     roles_yaml = recipe_dir / t.recipe
     recipe_files = _recipe_files(roles_yaml, t.roles)
     # every role in one training process ({role} is each role's name): one start-up, not four
@@ -275,9 +290,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
               f"data.dataset_dir={run / 'datasets' / '{role}'}", f"output.dir={run / 'adapters' / '{role}'}",
               "output.overwrite=true", *t.overrides]]
     test_faults = ["--fault-rate", str(h.fault_rate)] if h.fault_rate else []
-    collect_test = [["heart", "collect", "--env", env, "--split", "test", "--teacher", c.teacher, *test_faults,
-                     "--concurrency", str(c.concurrency), *mode, *student, "--out", str(run / "collect-test"),
-                     *(["--limit", str(h.limit)] if h.limit else []), *executor] for env in h.envs]
+    collect_test = [["heart", "collect", "--env", env, *category, "--split", "test", "--teacher", c.teacher,
+                     *test_faults, "--concurrency", str(c.concurrency), *mode, *student,
+                     "--out", str(run / "collect-test"), *(["--limit", str(h.limit)] if h.limit else []), *executor]
+                    for env, category in _collections(h.envs, h.bfcl_categories)]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
     # each evaluation runs both sides in one process: they share the model and decode in one batch

@@ -562,7 +562,8 @@ class GoldTeacher:
             for name, value in call.arguments.items():
                 if isinstance(value, (str, int, float)) and not isinstance(value, bool) \
                         and str(value).strip() and str(value) in query \
-                        and len(f"{name}: {value}") <= planner.CONSTRAINT_CHARS:  # whole, or not at all
+                        and len(f"{name}: {value}") <= planner.CONSTRAINT_CHARS \
+                        and not is_clipped(f"{name}: {value}"):  # whole, or not at all ("product: A" reads cut off)
                     constraints.append(f"{name}: {value}")
         # the user's task (what is left of it), also when no shown tool serves it: the loop
         # then searches for more tools with this sentence; a shown tool's purpose is the one

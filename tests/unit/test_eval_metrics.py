@@ -22,7 +22,9 @@ def plan(*tools, status="SUFFICIENT"):
 # -- Planner -----------------------------------------------------------------------------
 
 def test_planner_perfect_and_partly_wrong():
-    assert planner_scores(plan("ls", "cd"), plan("ls", "cd")) == {
+    perfect = planner_scores(plan("ls", "cd"), plan("ls", "cd"))
+    assert {k: perfect[k] for k in ("sufficiency_correct", "tool_sequence_em", "tool_tp", "tool_predicted",
+                                    "tool_gold")} == {
         "sufficiency_correct": 1, "tool_sequence_em": 1, "tool_tp": 2, "tool_predicted": 2, "tool_gold": 2}
     wrong = planner_scores(plan("ls", "cd"), plan("ls", "mv", "cp"))
     assert wrong["tool_sequence_em"] == 0 and wrong["sufficiency_correct"] == 1
@@ -35,8 +37,31 @@ def test_planner_empty_and_unparsed():
     assert planner_scores(ask, dict(ask))["tool_sequence_em"] == 1
     assert planner_scores(ask, plan())["tool_sequence_em"] == 0  # an empty plan is not a question
     missed = planner_scores(plan("ls"), None)
-    assert missed == {"sufficiency_correct": 0, "tool_sequence_em": 0, "tool_tp": 0, "tool_predicted": 0,
-                      "tool_gold": 1}
+    assert {k: missed[k] for k in ("sufficiency_correct", "tool_sequence_em", "tool_tp", "tool_predicted",
+                                   "tool_gold", "step_count_correct")} == {
+        "sufficiency_correct": 0, "tool_sequence_em": 0, "tool_tp": 0, "tool_predicted": 0, "tool_gold": 1,
+        "step_count_correct": 0}
+
+
+def test_planner_figures_by_plan_length_beside_the_first_tool_baseline():
+    shown = ["ls", "cd", "mv"]
+    rows = [planner_scores(plan("ls"), plan("ls"), shown),              # one step, right; baseline right
+            planner_scores(plan("cd"), plan("ls"), shown),              # one step, wrong tool; baseline wrong
+            planner_scores(plan("ls", "cd"), plan("ls"), shown),        # two steps written as one
+            planner_scores(plan("mv", "ls", "cd"), plan("mv", "ls", "cd"), shown),
+            planner_scores({"status": "INSUFFICIENT", "clarification": "which?"}, plan("ls"), shown)]
+    for row in rows:
+        row.update(valid_output=1, parse_failure=0, prompt_tokens=1, completion_tokens=1, latency_s=0.1)
+    figures = summarize("planner", rows)
+    assert (figures["one_step_tool_sequence_em"].value, figures["one_step_tool_sequence_em"].n) == (0.5, 2)
+    assert (figures["multi_step_tool_sequence_em"].value, figures["multi_step_tool_sequence_em"].n) == (0.5, 2)
+    assert figures["one_step_count_accuracy"].value == 1.0 and figures["multi_step_count_accuracy"].value == 0.5
+    # "plan one step with the first tool shown": right on one one-step input, never on multi-step ones
+    assert figures["one_step_first_tool_baseline_em"].value == 0.5
+    assert figures["multi_step_first_tool_baseline_em"].value == 0.0
+    assert figures["first_tool_baseline_em"].value == pytest.approx(1 / 5)
+    assert figures["step_count_accuracy"].value == pytest.approx(3 / 5)  # the question answered with a plan: wrong
+    assert figures["multi_step_share"].value == 0.5 and figures["multi_step_share"].n == 4
 
 
 def test_planner_summary_micro_precision_recall():
