@@ -215,7 +215,8 @@ def router_ungrounded(event: Event) -> list[tuple[str, Any]]:
 
 
 NATURAL_LANGUAGE_FIELDS: dict[str, tuple[str, ...]] = {
-    "planner": ("intent.task", "intent.objective", "intent.constraints.*", "plan.*.objective", "clarification"),
+    "planner": ("intent.task", "intent.objective", "intent.constraints.*", "subgoals.*", "plan.*.objective",
+                "clarification"),
     "router": ("dispatch.*.invocation_request",),
     "primitive": ("reason", "how", "messages.*.note"),
     "verifier": ("feedback",),

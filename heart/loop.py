@@ -527,7 +527,7 @@ class HeartLoop:
             clarifications=turn.clarifications, executed_so_far=turn.executed,
             feedback=turn.feedback,
             may_ask=len(turn.clarifications) < self.config.max_clarifications,
-            max_steps=self.config.max_plan_steps)
+            max_steps=self.config.max_plan_steps, form=self.config.planner_form)
         call = self._ask(PLANNER, payload, attempt.attempt)
         if not call.ok:
             self._attempt_error(attempt, "planner", call.result.error)

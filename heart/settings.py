@@ -121,9 +121,17 @@ class LoopConfig:
     "step": one Router call per step, after its dependencies ran, with their results
     (Algorithm 1 line 9; see :mod:`heart.loop`)."""
 
+    planner_form: Literal["plan", "subgoals"] = setting(
+        "plan", "plan: the Planner answers with its plan (HEART D.1); subgoals: it first lists what the user "
+                "asked for, one sub-goal per call, then one plan step per sub-goal (docs/loop.md)")
+    """The Planner's answer form (:data:`heart.roles.planner.FORMS`): "subgoals" grounds the
+    plan's length in the request; an adapter is trained in one form and served in it."""
+
     def __post_init__(self) -> None:
         if self.verify not in ("step", "attempt"):
             raise ValueError(f"verify must be 'step' or 'attempt', got {self.verify!r}")
+        if self.planner_form not in ("plan", "subgoals"):
+            raise ValueError(f"planner_form must be 'plan' or 'subgoals', got {self.planner_form!r}")
         if self.router_mode not in router.MODES:
             raise ValueError(f"router_mode must be one of {', '.join(router.MODES)}, got {self.router_mode!r}")
         for name in ("replan_budget", "max_clarifications", "replan_tools"):
@@ -151,6 +159,8 @@ class LoopConfig:
         out = {name: getattr(self, name) for name in names}
         if out.get("relevance_thresholds", "") is None:  # unset: records (and resumes) of runs before it stay equal
             del out["relevance_thresholds"]
+        if out.get("planner_form") == "plan":  # the default form: records of runs before the setting stay equal
+            del out["planner_form"]
         for name in ("middleware", "validation", "relevance_thresholds"):
             if out.get(name) is not None:
                 out[f"{name}_sha256"] = _file_sha256(name, out[name])
@@ -175,7 +185,7 @@ def user_settings() -> list[dataclasses.Field]:
 
 
 POLICY = ("replan_budget", "verify", "middleware", "relevance", "relevance_thresholds", "messages", "validation",
-          "router_mode")
+          "router_mode", "planner_form")
 """How the loop judges, re-plans and meets the tools: the settings every command that runs
 episodes takes (``heart collect`` too, whose teacher answers every role)."""
 TURN = ("max_clarifications", "max_plan_steps", "retrieve_k", "constrained")

@@ -32,6 +32,15 @@ SYSTEM_PROMPT = """You are the Planner of a tool-using assistant. Analyse the qu
 JSON only (INSUFFICIENT: "clarification":"" instead of "plan"):
 {"status": "SUFFICIENT", "intent": {"task": "", "objective": "", "tool_categories": [], "constraints": []}, "plan": [{"step": 1, "tool_category": "", "tool_hint": "", "objective": "", "dependencies": []}], "replanned": false}"""
 
+SUBGOALS_SYSTEM_PROMPT = SYSTEM_PROMPT.replace(
+    "Else plan the fewest steps 1..n",
+    'Else first list "subgoals": what the user asked for, one short paraphrase with its values per call '
+    "needed, in order; then plan one step per sub-goal: steps 1..n",
+).replace('"plan": [{"step": 1', '"subgoals": [""], "plan": [{"step": 1')
+"""The prompt of the sub-goals form (``plan_form: subgoals`` in the input,
+``LoopConfig.planner_form``): the plan's length is grounded in the request, one step per
+sub-goal the answer lists first."""
+
 SHORT_SYSTEM_PROMPT = "HEART Planner."
 
 RESPONSE_PREFIX = '{"status": "'
@@ -46,6 +55,11 @@ OBJECTIVE_CHARS = 100
 CONSTRAINT_CHARS = 60
 MAX_CONSTRAINTS = 3
 CLARIFICATION_CHARS = 120
+SUBGOAL_CHARS = 60
+
+FORMS = ("plan", "subgoals")
+"""The Planner's answer forms: "plan" (HEART D.1), or "subgoals" first, then one plan step
+per sub-goal (the input says ``plan_form: subgoals``)."""
 
 # What the Planner's input keeps (see build_payload): it chooses tools, it does not bind
 # values, so it needs the gist of the recent turns, not their payloads.
@@ -97,6 +111,8 @@ class PlanStep(BaseModel):
 class PlannerOutput(BaseModel):
     status: Literal["SUFFICIENT", "INSUFFICIENT"]
     intent: Intent
+    subgoals: list[str] | None = None
+    """The sub-goals form only: what the user asked for, one per plan step, in order."""
     plan: list[PlanStep] = Field(default_factory=list)
     clarification: str | None = Field(default=None, max_length=CLARIFICATION_CHARS)
     replanned: bool = False
@@ -105,6 +121,8 @@ class PlannerOutput(BaseModel):
     def _consistent(self) -> "PlannerOutput":
         if self.status == "INSUFFICIENT" and not (self.clarification or "").strip():
             raise ValueError("INSUFFICIENT needs a clarification question")
+        if self.status == "SUFFICIENT" and self.subgoals is not None and len(self.subgoals) != len(self.plan):
+            raise ValueError(f"{len(self.subgoals)} sub-goals but {len(self.plan)} plan steps: one step per sub-goal")
         if self.status == "SUFFICIENT":
             for index, step in enumerate(self.plan, start=1):
                 if step.step != index:
@@ -145,6 +163,7 @@ def build_payload(
     feedback: list[str] | None = None,
     may_ask: bool = True,
     max_steps: int = DEFAULT_MAX_STEPS,
+    form: str = "plan",
 ) -> dict[str, Any]:
     """The Planner's input. ``tools`` are ``{name, description, category}`` (shown grouped
     by category, each by :func:`tool_line`, with ``(here: …)`` after it when the tool carries
@@ -155,7 +174,8 @@ def build_payload(
     query and response clipped (the response's double quotes made single: escaped quotes
     cost tokens and say nothing); executed steps as step, tool and status (a SUCCESS with a
     short summary: a failure's cause is in the feedback); ``may_ask`` and ``max_steps`` only
-    when they differ from their defaults (true, 10), which the prompt states.
+    when they differ from their defaults (true, 10), which the prompt states; ``plan_form``
+    only for the sub-goals form (:data:`FORMS`).
     """
     grouped: dict[str, dict[str, str]] = {}
     for tool in tools:
@@ -179,7 +199,14 @@ def build_payload(
         payload["may_ask"] = False
     if max_steps != DEFAULT_MAX_STEPS:
         payload["max_steps"] = max_steps
+    if form != "plan":
+        payload["plan_form"] = form
     return payload
+
+
+def asks_for_subgoals(payload: dict[str, Any]) -> bool:
+    """Whether the input asks for the sub-goals form (its own mode: prompt and schema)."""
+    return payload.get("plan_form") == "subgoals"
 
 
 def executed_entry(entry: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +234,9 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PlannerOu
     unknown = [s.tool_hint for s in result.value.plan if s.tool_hint not in shown]
     if result.value.status == "SUFFICIENT" and unknown:
         return ParseResult(None, f"plan uses tools that were not shown: {', '.join(map(repr, unknown))}")
+    if result.value.status == "SUFFICIENT" and asks_for_subgoals(payload) != (result.value.subgoals is not None):
+        return ParseResult(None, "the input asks for sub-goals before the plan" if asks_for_subgoals(payload)
+                           else "sub-goals were not asked for")
     max_steps = payload.get("max_steps", DEFAULT_MAX_STEPS)
     if len(result.value.plan) > max_steps:
         return ParseResult(None, f"plan has {len(result.value.plan)} steps; at most {max_steps}")
@@ -214,12 +244,14 @@ def parse_for_input(text: str, payload: dict[str, Any]) -> ParseResult[PlannerOu
 
 
 def output_schema(tools: dict[str, str], may_ask: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
-                  replanning: bool = False) -> dict[str, Any]:
+                  replanning: bool = False, subgoals: bool = False) -> dict[str, Any]:
     """JSON Schema of a valid answer, for constrained decoding: steps numbered 1..n, tools
     limited to the shown ones (``tools``: name → category), each step depending only on
     earlier ones, ``replanned`` fixed by whether this is a re-plan, and no clarification
     once the budget is spent. When the Code primitive is shown, a step is either a tool step
-    or a code step (``"family": "code"`` first, then the Code primitive)."""
+    or a code step (``"family": "code"`` first, then the Code primitive). In the sub-goals
+    form the plan has exactly as many steps as the sub-goals listed before it (one branch per
+    count)."""
     code = CODE_PRIMITIVE in tools
     names = sorted(n for n in tools if n != CODE_PRIMITIVE) or [""]
     categories = sorted({c for n, c in tools.items() if n != CODE_PRIMITIVE}) or [""]
@@ -258,6 +290,15 @@ def output_schema(tools: dict[str, str], may_ask: bool = True, max_steps: int = 
                   "required": ["status", "intent", "plan", "replanned"],
                   "properties": {"status": {"const": "SUFFICIENT"}, "intent": intent, "plan": plan,
                                  "replanned": replanned}}
+    if subgoals:
+        def counted(n: int) -> dict[str, Any]:
+            listed = {"type": "array", "items": text(SUBGOAL_CHARS), "minItems": n, "maxItems": n}
+            steps = {"type": "array", "prefixItems": [step(k) for k in range(1, n + 1)], "items": False,
+                     "minItems": n, "maxItems": n} if n else {"type": "array", "maxItems": 0}
+            return {**sufficient, "required": ["status", "intent", "subgoals", "plan", "replanned"],
+                    "properties": {"status": {"const": "SUFFICIENT"}, "intent": intent, "subgoals": listed,
+                                   "plan": steps, "replanned": replanned}}
+        sufficient = {"anyOf": [counted(n) for n in range(max_steps + 1)]}
     if not may_ask:
         return sufficient
     insufficient = {"type": "object", "additionalProperties": False,
@@ -273,4 +314,5 @@ def schema_for_input(payload: dict[str, Any]) -> dict[str, Any]:
     """The serving schema of the answer to this input (what :func:`output_schema` gets from
     the loop, read back from the payload alone)."""
     return output_schema(shown_tools(payload), payload.get("may_ask", True),
-                         payload.get("max_steps", DEFAULT_MAX_STEPS), bool(payload.get("feedback")))
+                         payload.get("max_steps", DEFAULT_MAX_STEPS), bool(payload.get("feedback")),
+                         asks_for_subgoals(payload))

@@ -10,6 +10,9 @@ role module by a computed name nor decides on its own which prompt a role gets.
 Some roles answer more than one kind of input, each a :class:`Mode` with its own prompts or
 instruction:
 
+- the Planner: ``plan`` (HEART D.1) and ``subgoals`` (the request's sub-goals first, then one
+  step per sub-goal: :data:`heart.roles.planner.SUBGOALS_SYSTEM_PROMPT`);
+
 - the Router: ``plan`` (the whole-plan dispatch, :data:`heart.roles.router.SYSTEM_PROMPT`)
   and ``step`` (one step, :data:`~heart.roles.router.STEP_SYSTEM_PROMPT`), one short prompt
   for both (the input says which it is);
@@ -181,6 +184,8 @@ def _judges_an_attempt(payload: Payload) -> bool:
 
 
 PLANNER = Role(planner.ROLE, planner, (
+    Mode("subgoals", planner, planner.SUBGOALS_SYSTEM_PROMPT, planner.SHORT_SYSTEM_PROMPT, planner.INSTRUCTION,
+         planner.RESPONSE_PREFIX, accepts=planner.asks_for_subgoals),
     Mode("plan", planner, planner.SYSTEM_PROMPT, planner.SHORT_SYSTEM_PROMPT, planner.INSTRUCTION,
          planner.RESPONSE_PREFIX),
 ))

@@ -181,6 +181,8 @@ TASK_CHARS = 60
 OBJECTIVE_CHARS = 80
 STEP_OBJECTIVE_CHARS = 64
 PURPOSE_CHARS = 40
+SUBGOAL_PURPOSE_CHARS = 24
+"""A sub-goal's purpose phrase (the rest of :data:`heart.roles.planner.SUBGOAL_CHARS` holds its values)."""
 """A tool's purpose inside feedback: its description's first phrase (:func:`_purpose`)."""
 MAX_CONSTRAINTS = 2
 DETAILS_CHARS = 80
@@ -580,7 +582,26 @@ class GoldTeacher:
             "constraints": list(dict.fromkeys(constraints))[:MAX_CONSTRAINTS],
         }
         answer = {"status": "SUFFICIENT", "intent": intent, "plan": plan, "replanned": bool(p.get("feedback"))}
+        if planner.asks_for_subgoals(p):  # the sub-goals form: what was asked, one per step, before the plan
+            answer = {"status": "SUFFICIENT", "intent": intent,
+                      "subgoals": [self._subgoal(call, state.plan_calls, shown, text) for call in state.plan_calls],
+                      "plan": plan, "replanned": answer["replanned"]}
         return answer, meta
+
+    def _subgoal(self, call: ToolCall, calls: list[ToolCall], shown: dict[str, dict[str, str]], text: str) -> str:
+        """A sub-goal of the request, for one gold call of ``calls`` (the plan's): the tool's
+        purpose in a few words and the call's values the request states ("Get the weather:
+        city='Paris'"), the values that tell it from the plan's other calls of the same tool
+        first, whole parts only; a code step's own objective."""
+        if call.name == CODE_PRIMITIVE:
+            return first_clause(call.arguments["objective"], planner.SUBGOAL_CHARS) or "Compute the value"
+        parts = self._args_parts(call.arguments, text)
+        shared = [part for part in parts
+                  if all(part in self._args_parts(c.arguments, text) for c in calls if c.name == call.name)]
+        parts = [part for part in parts if part not in shared] + shared
+        purpose = lead_phrase(shown[call.name]["description"] or call.name.replace("_", " "), SUBGOAL_PURPOSE_CHARS)
+        return whole_parts(parts, lambda kept: purpose + (": " + ", ".join(kept) if kept else ""),
+                           planner.SUBGOAL_CHARS)
 
     @staticmethod
     def _plan_step(state: _TurnState, index: int) -> int:

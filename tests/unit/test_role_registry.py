@@ -27,6 +27,7 @@ INTENT = {"task": "t", "objective": "o", "tool_categories": [], "constraints": [
 
 PAYLOADS = {  # one input of every mode, built by the role modules themselves
     ("planner", "plan"): planner.build_payload("list files", TOOLS),
+    ("planner", "subgoals"): planner.build_payload("list files", TOOLS, form="subgoals"),
     ("router", "plan"): router.build_payload("list files", [STEP], ROUTER_TOOLS),
     ("router", "step"): router.build_step_payload("list files", STEP, ROUTER_TOOLS, []),
     ("primitive", "tool"): primitive.build_payload("List /tmp.", {"path": "/tmp"},
@@ -40,7 +41,7 @@ PAYLOADS = {  # one input of every mode, built by the role modules themselves
 }
 MODE_MODULES = {("primitive", "relevance"): relevance, ("primitive", "messages"): primitive_messages}
 """The modes served by a module other than the role's own."""
-FULL_PROMPTS = {("router", "step"): router.STEP_SYSTEM_PROMPT}
+FULL_PROMPTS = {("router", "step"): router.STEP_SYSTEM_PROMPT, ("planner", "subgoals"): planner.SUBGOALS_SYSTEM_PROMPT}
 """The modes whose full prompt is not their module's SYSTEM_PROMPT."""
 
 
