@@ -58,8 +58,8 @@ from heart.environments import BFCL_CATEGORIES, BFCL_SINGLE_TURN_CATEGORIES, ENV
 from heart_distill.eval import e2e_folder
 from heart_distill.eval.e2e_folder import EPISODES, RESULTS, TRACE
 from heart_distill.eval.formats import ROLES
-from heart_distill.eval.models import (RoleModels, check_sides_agree, resolve_role_models, shared_backend, shared_backends,
-                         with_base_side)
+from heart_distill.eval.models import (RoleModels, check_served_modes, check_sides_agree, resolve_role_models,
+                                      shared_backend, shared_backends, with_base_side)
 from heart_distill.eval.roles import MAX_NEW_TOKENS
 from heart_distill.eval.stats import bootstrap, pass_hat_k
 from heart_distill.arguments import executor_arguments, loop_arguments, loop_settings
@@ -114,6 +114,9 @@ class E2EConfig:
     harness: str | None = None
     """A harness folder (:mod:`heart.harness`: role prompt edits + middleware); None: the
     shipped prompts and the default middleware."""
+    allow_other_modes: bool = False
+    """Serve an adapter inputs of a mode its manifest says it never trained on (refused
+    otherwise: :func:`heart_distill.eval.models.check_served_modes`)."""
 
 
 EPISODES_IN_FLIGHT = {"peft": 4, "llamacpp": 16}
@@ -331,6 +334,9 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
     first = configs[0]
     check_sides_agree(configs)
     models = [resolve_role_models(c.roles_spec, c.model) for c in configs]
+    for config, side in zip(configs, models):
+        if not config.allow_other_modes:
+            check_served_modes(side, config.loop)
     environment = load_environment(first.env, first.category)
     harness_fingerprint = None
     if first.harness:  # refused before any episode, naming the file and field
@@ -499,6 +505,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue a killed run in --out (and --base-out): keep its finished episodes, run the "
                              "missing ones and the errored ones again (they were never scored); refused when the "
                              "folder was run with other options. Without it a run replaces what the folders hold")
+    parser.add_argument("--allow-other-modes", action="store_true",
+                        help="serve an adapter inputs of a mode it never trained on (--router-mode, --planner-form, "
+                             "--verify other than its manifest's input_modes); refused without it")
     executor_arguments(parser)
 
 
@@ -511,7 +520,8 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
                      tasks=tuple(args.task),
                      concurrency=args.concurrency, engine=args.engine,
                      loop=LoopConfig(**loop_settings(args, E2E_SETTINGS)),
-                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, harness=args.harness)
+                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, harness=args.harness,
+                     allow_other_modes=args.allow_other_modes)
 
 
 def main(argv: list[str], full_argv: list[str] | None = None) -> int:

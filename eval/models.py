@@ -71,6 +71,27 @@ def resolve_role_models(spec: str, model: str = "smollm2-135m") -> RoleModels:
     return RoleModels(spec, "distilled", bases.pop() if bases else model, adapters, manifests, short)
 
 
+def served_modes(loop) -> dict[str, tuple[str, str]]:
+    """Role → (the input mode ``loop`` (a :class:`heart.settings.LoopConfig`) serves it, the
+    flag that sets it), for the roles whose mode is a loop setting."""
+    return {"planner": (loop.planner_form, "--planner-form"), "router": (loop.router_mode, "--router-mode"),
+            "verifier": (loop.verify, "--verify")}
+
+
+def check_served_modes(models: RoleModels, loop) -> None:
+    """ValueError when an adapter would be served inputs of a mode it never trained on (its
+    manifest's ``dataset.input_modes``): the Router trained in step mode served whole plans,
+    the Planner trained in the sub-goals form asked for plain plans. Adapters whose
+    manifests predate the record are not checked."""
+    for role, (mode, flag) in served_modes(loop).items():
+        trained = models.manifests.get(role, {}).get("dataset", {}).get("input_modes")
+        if trained and not trained.get(mode):
+            seen = [name for name, n in trained.items() if n]
+            raise ValueError(f"the {role} adapter {models.adapters[role]} was trained on {' and '.join(seen)} "
+                             f"inputs only, and this run serves it {mode} inputs: pass {flag} {seen[0]} "
+                             f"(or --allow-other-modes to measure it outside what it learnt)")
+
+
 def shared_backend(models: RoleModels, max_batch_size: int = 8, engine: str = "peft"):
     """One backend for every call, or None for the gold teacher (built per task). ``engine``
     serves the base and its adapters, or an ``hf:`` teacher, in process

@@ -27,6 +27,20 @@ def role_for_short_prompt(role: str):
         raise RolePromptError(f"data.system_prompt=short: {err}") from err
 
 
+def input_modes(role: str, rows) -> dict[str, int]:
+    """How many of ``rows`` (``messages`` rows of ``role``) are inputs of each of the role's
+    modes (:meth:`heart.roles.registry.Role.mode_for`): the manifest records it, so an
+    adapter trained on one mode's inputs (the Router's step mode, the Planner's sub-goals
+    form) is not served another's unnoticed."""
+    from heart.roles.common import role_input
+
+    spec = get_role(role)
+    counts = dict.fromkeys(spec.mode_names, 0)
+    for row in rows:
+        counts[spec.mode_for(role_input(row["messages"][:-1])).name] += 1
+    return counts
+
+
 def _with_system(messages: list[dict[str, str]], prompt: str) -> list[dict[str, str]]:
     if messages[0]["role"] != "system":
         raise ValueError("a role example must start with its system message")

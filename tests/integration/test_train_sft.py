@@ -52,6 +52,7 @@ def test_sft_on_smollm2_writes_a_servable_adapter(tmp_path, planner_data, smollm
     assert manifest["role"] == "planner" and manifest["lora"]["r"] == 8
     assert manifest["base_model"]["content_hash"].startswith("sha256:")
     assert manifest["dataset"]["sizes"] == {"train": 2, "validation": 2}
+    assert manifest["dataset"]["input_modes"] == {"subgoals": 0, "plan": 2}  # what serving is checked against
     assert manifest["dataset"]["fingerprint"].startswith("sha256:")
     assert manifest["recipe"]["sft"]["max_steps"] == 4 and manifest["system_prompt"] == "short"
     assert manifest["lora"]["layers"] == list(range(22, 30))  # the recipe's top 8 of 30 layers

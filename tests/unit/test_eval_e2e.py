@@ -226,10 +226,11 @@ def test_an_evaluation_runs_under_the_policy_its_flags_name(tmp_path):
     modes = {(e.get("extra") or {}).get("mode") for e in events if e.get("role") == "primitive"}
     assert "relevance" in modes  # ToolFace's candidates judged before the Planner saw them
     recorded = json.loads((out / "e2e-run.json").read_text())
-    assert {k: recorded["loop." + k] for k in POLICY_SETTINGS if k != "relevance_thresholds"} == \
-        {"replan_budget": 3, "verify": "attempt", "relevance": True, "messages": True, "middleware": "default",
-         "validation": "default", "router_mode": "plan"}
+    assert {k: recorded["loop." + k] for k in POLICY_SETTINGS if k not in ("relevance_thresholds", "planner_form")} \
+        == {"replan_budget": 3, "verify": "attempt", "relevance": True, "messages": True, "middleware": "default",
+            "validation": "default", "router_mode": "plan"}
     assert "loop.relevance_thresholds" not in recorded  # unset: left out, as in the records of earlier runs
+    assert "loop.planner_form" not in recorded  # the default form: left out, as in the records of earlier runs
 
 
 def test_harness_and_middleware_together_are_refused(tmp_path, capsys):

@@ -76,3 +76,36 @@ def test_sides_sharing_one_model_build_it_once(adapters_dir, monkeypatch):
     assert isinstance(base, UnadaptedView) and base.backend is distilled
     assert calls == Counter(resolve=1, base_linear_modules=1, validate_adapter=2, chat_format=1)
     distilled.close()
+
+
+def _adapters_trained_on(folder, **modes):
+    import json
+
+    for role, counts in modes.items():
+        (folder / role).mkdir(parents=True)
+        (folder / role / "adapter_config.json").write_text("{}")
+        (folder / role / "manifest.json").write_text(json.dumps({"role": role, "dataset": {"input_modes": counts}}))
+    return folder
+
+
+def test_an_adapter_trained_in_step_mode_and_served_in_plan_mode_is_refused(tmp_path, capsys):
+    from heart_distill.eval.e2e import main
+    from heart_distill.eval.models import check_served_modes, resolve_role_models
+    from heart.settings import LoopConfig
+
+    adapters = _adapters_trained_on(tmp_path / "adapters", router={"step": 40, "plan": 0},
+                                    planner={"subgoals": 30, "plan": 0})
+    models = resolve_role_models(str(adapters))
+    check_served_modes(models, LoopConfig(router_mode="step", planner_form="subgoals"))  # as trained: served
+    # refused before any model loads or episode runs, naming the role, the modes and the flag
+    assert main(["--env", "bfcl", "--roles", str(adapters), "--router-mode", "plan", "--planner-form", "subgoals",
+                 "--out", str(tmp_path / "e2e")]) == 2
+    err = capsys.readouterr().err
+    assert "the router adapter" in err and "trained on step inputs only" in err and "--router-mode step" in err
+    assert not (tmp_path / "e2e").exists()
+    assert main(["--env", "bfcl", "--roles", str(adapters), "--router-mode", "step",
+                 "--out", str(tmp_path / "e2e")]) == 2
+    err = capsys.readouterr().err
+    assert "the planner adapter" in err and "--planner-form subgoals" in err
+    with pytest.raises(ValueError, match="--planner-form subgoals"):
+        check_served_modes(models, LoopConfig(router_mode="step"))
