@@ -457,20 +457,25 @@ def build_server(heart: HeartMCP, host: str = "127.0.0.1", port: int = 8765):
     return server
 
 
-def serve(args, heart: HeartMCP) -> int:
-    """Run the server until the client disconnects (stdio) or until interrupted (HTTP)."""
+def serve(args, heart: HeartMCP, key: str | None = None) -> int:
+    """Run the server until the client disconnects (stdio) or until interrupted (HTTP; with
+    ``key``, every request must carry it: :mod:`heart.access`)."""
     server = build_server(heart)
     try:
         if args.transport == "stdio":
             print(f"heart mcp: serving {heart.environment.name} over stdio", file=sys.stderr)
             server.run("stdio")
         else:
-            if args.host not in ("127.0.0.1", "localhost", "::1"):
-                print(f"heart mcp: warning: binding {args.host}, not loopback; the server has no authentication",
-                      file=sys.stderr)
-            print(f"heart mcp: serving {heart.environment.name} on http://{args.host}:{args.port}/mcp",
-                  file=sys.stderr, flush=True)
-            server.run("streamable-http", host=args.host, port=args.port)
+            import uvicorn
+
+            from heart.access import RequireKey
+
+            app = server.streamable_http_app(host=args.host)
+            if key:
+                app = RequireKey(app, key)
+            print(f"heart mcp: serving {heart.environment.name} on http://{args.host}:{args.port}/mcp"
+                  f"{' (API key required)' if key else ''}", file=sys.stderr, flush=True)
+            uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     except KeyboardInterrupt:
         pass
     finally:

@@ -187,9 +187,9 @@ def serve(args) -> int:
     from heart.runtime.backends import backend_for
     from heart.runtime.scheduler import BatchingBackend
 
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"heart serve: warning: binding {args.host}, not loopback; the server has no authentication",
-              file=sys.stderr)
+    from heart.access import RequireKey, api_key_for
+
+    key = api_key_for(args.host, args.api_key, "heart serve")  # refused before any model loads
     adapters = dict(args.adapters)
     # the same model strings and engines as every command; a bad one is a UserError naming it
     inner = backend_for(args.model, adapters, args.engine, max_batch_size=args.max_batch_size,
@@ -197,7 +197,10 @@ def serve(args) -> int:
     backend = BatchingBackend(inner, max_batch_size=args.max_batch_size, max_wait_s=0.02)
     config = ServeConfig(max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens)
     app = build_app(backend, list(adapters), token_counter(inner), config)
+    if key:
+        app = RequireKey(app, key)
     print(f"heart serve: {inner.name} with adapters {sorted(adapters) or 'none'} on "
-          f"http://{args.host}:{args.port}/v1 (models: {', '.join([*ROLES, BASE_MODEL])})", file=sys.stderr)
+          f"http://{args.host}:{args.port}/v1 (models: {', '.join([*ROLES, BASE_MODEL])}"
+          f"{'; API key required' if key else ''})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

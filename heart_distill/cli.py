@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from heart import ROLES
 from heart.argtypes import nonnegative_int, port, positive_int, probability
+from heart.access import API_KEY_ENV
 from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
 from heart.runtime.backends import backend_for, parse_model_spec
 from heart.runtime.engines import ENGINE_SPECS
@@ -449,7 +450,10 @@ def _serve_parser(sub) -> None:
     p.add_argument("--engine", choices=[*ENGINE_SPECS, "vllm"], default="peft",
                    help="peft or llama.cpp in-process, or vLLM in a worker process (.venv-vllm, scripts/setup_vllm.sh)")
     p.add_argument("--quantize", choices=["int8"], default=None, help="peft engine: int8 base linears (CPU)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback; no authentication)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default loopback); any other needs --api-key (heart.access)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on every request (or set {API_KEY_ENV})")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument("--max-batch-size", type=positive_int, default=8, help="most requests decoded in one batch")
     p.add_argument("--max-prompt-tokens", type=positive_int, default=8192, help="longer prompts get 400")
@@ -464,6 +468,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from heart.runtime.base import SamplingConfig
     from heart.traces import TraceWriter
 
+    from heart.access import api_key_for
+
+    # refused before any model loads; stdio is the client's own pipe: no key
+    key = api_key_for(args.host, args.api_key, "heart mcp serve") if args.transport == "http" else None
     serving = _loop_serving(args)
     environment = _with_library(serving, load_environment(args.env))
     _check_middleware(args, environment)
@@ -476,7 +484,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                      sampling={r: SamplingConfig(max_new_tokens=args.max_new_tokens) for r in ROLES},
                      split=args.split, seed=args.seed, trace=TraceWriter(args.trace) if args.trace else None,
                      exclusive=shared is not None and serving.in_process)
-    return serve(args, heart)
+    return serve(args, heart, key)
 
 
 def _mcp_parser(sub) -> None:
@@ -489,7 +497,10 @@ def _mcp_parser(sub) -> None:
                    help="accept only this split's task ids (default: every task)")
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (an MCP client starts this command) or streamable HTTP at http://HOST:PORT/mcp")
-    s.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback; no authentication)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="HTTP bind address (default loopback); any other needs --api-key (heart.access)")
+    s.add_argument("--api-key", default=None,
+                   help=f"HTTP: require 'Authorization: Bearer KEY' on every request (or set {API_KEY_ENV})")
     s.add_argument("--port", type=port, default=8765, help="HTTP port (default 8765)")
     s.set_defaults(func=cmd_mcp)
 

@@ -20,6 +20,8 @@ is a mistake in the request (wrong model name, prompt too long) and fails at onc
 
 from __future__ import annotations
 
+import os
+
 import random
 import threading
 import json
@@ -107,7 +109,7 @@ class OpenAIBackend:
         self,
         base_url: str,
         model: str | dict[str, str],
-        api_key: str = "EMPTY",
+        api_key: str | None = None,
         timeout_s: float = 60.0,
         max_retries: int = 4,
         backoff_s: float = 0.5,
@@ -130,8 +132,10 @@ class OpenAIBackend:
         self.max_concurrency = max_concurrency
         self.name = f"openai:{self.base_url}#{_model_label(self.model)}"
         self._openai = openai
+        # a keyed server (vLLM --api-key, heart serve off loopback) reads OPENAI_API_KEY, as the SDK does
         self._client = openai.OpenAI(
-            base_url=self.base_url, api_key=api_key, timeout=timeout_s, max_retries=0
+            base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+            timeout=timeout_s, max_retries=0
         )
         self._usage: dict[str, RoleUsage] = {}
         self._lock = threading.Lock()

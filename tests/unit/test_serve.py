@@ -192,3 +192,43 @@ def test_the_loop_runs_over_http_and_the_trace_names_each_adapter(live_server, t
     assert {e["role"] for e in events} == set(ADAPTERS)
     assert all(e["adapter"] == e["role"] for e in events)
     assert all(e["prompt_tokens"] > 0 for e in events)
+
+
+# -- off loopback only with a key (heart.access) -----------------------------------------------
+
+@pytest.mark.parametrize("command", [["serve"], ["mcp", "serve", "--transport", "http"]])
+def test_a_non_loopback_host_without_a_key_is_refused_before_anything_loads(command, capsys, monkeypatch):
+    from heart.access import API_KEY_ENV
+    from heart_distill.cli import main
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    assert main([*command, "--host", "0.0.0.0"]) != 0
+    err = capsys.readouterr().err
+    assert "--host 0.0.0.0" in err and "--api-key" in err and API_KEY_ENV in err
+
+
+def test_with_a_key_a_request_without_it_gets_401_and_one_with_it_is_answered():
+    from heart.access import RequireKey
+
+    backend = EchoBackend()
+    app = RequireKey(build_app(backend, ADAPTERS, token_counter(backend), ServeConfig()), "s3cret")
+    client = TestClient(app)
+    body = {"model": "router", "messages": [{"role": "user", "content": "hi"}]}
+    missing = client.post("/v1/chat/completions", json=body)
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = client.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert client.get("/v1/models").status_code == 401
+    ok = client.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "router|hi"
+    assert not [c for c in backend.calls if c[0] != "router"]  # only the keyed request reached the model
+
+
+def test_the_key_may_come_from_the_environment_and_loopback_needs_none(monkeypatch):
+    from heart.access import API_KEY_ENV, api_key_for
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    assert api_key_for("127.0.0.1", None, "heart serve") is None
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    assert api_key_for("0.0.0.0", None, "heart serve") == "from-env"
+    assert api_key_for("0.0.0.0", "given", "heart serve") == "given"
