@@ -458,7 +458,7 @@ def is_up_to_date(run: Path, stage: Stage, key: str) -> dict[str, Any] | None:
     return stamp
 
 
-def _argv(command: list[str]) -> list[str]:
+def heart_argv(command: list[str]) -> list[str]:
     """Run `heart ...` and `python ...` with this interpreter, whatever PATH holds."""
     if command[0] == "heart":
         return [sys.executable, "-m", "heart_distill.cli", *command[1:]]
@@ -494,7 +494,7 @@ def run_stage(run: Path, stage: Stage, key: str, continuing: bool = False) -> tu
         processes = []
         for command in batch:
             print(f"pipeline: {stage.name}: $ {' '.join(command)}", file=sys.stderr, flush=True)
-            processes.append((command, subprocess.Popen(_argv(command), env=stage_env(run))))
+            processes.append((command, subprocess.Popen(heart_argv(command), env=stage_env(run))))
         failed = [(command, status) for command, process in processes if (status := process.wait()) != 0]
         for command, status in failed:
             print(f"pipeline: {stage.name}: failed ({' '.join(command[:3])} exited {status})", file=sys.stderr)

@@ -14,11 +14,13 @@ from heart_distill.recipes import load_roles
 from heart_distill.train.config import Recipe, load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-# pipeline recipes (pipeline.yaml, benchmark*.yaml: tests/unit/test_pipeline_stages.py) and the
-# optimize recipe (tests/unit/test_optimize.py) are not role recipes
+# pipeline recipes (pipeline.yaml, benchmark*.yaml: tests/unit/test_pipeline_stages.py), the
+# optimize recipe (tests/unit/test_optimize.py) and the whole-loop benchmark (e2e-benchmark.yaml,
+# below) are not role recipes
 ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml")
                       if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "optimize.yaml")
-                      and not p.name.startswith(("pipeline", "benchmark")))
+                      and not p.name.startswith(("pipeline", "benchmark", "e2e-benchmark")))
+BENCH_RECIPES = sorted(RECIPES.glob("*/e2e-benchmark*.yaml"))
 ROLES_FILES = sorted(RECIPES.glob("*/roles.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
 
@@ -34,6 +36,17 @@ def test_starts_with_its_run_command(path):
     first = path.read_text().splitlines()[0]
     assert first.startswith("# ") and ("accelerate launch" in first or "python -m heart_distill.train.launch" in first)
     assert str(path.relative_to(RECIPES.parent)) in first or "--recipe recipes/" in first
+
+
+@pytest.mark.parametrize("path", BENCH_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_whole_loop_benchmark_recipe_loads_and_names_its_command(path):
+    from heart_distill.eval.bench_e2e import load_bench
+
+    assert path.read_text().startswith(f"# heart eval bench --recipe {path.relative_to(RECIPES.parent)}")
+    config = load_bench(path)
+    assert [a.roles for a in config.arms if a.roles not in ("base", "teacher:gold")] and \
+        all(Path(RECIPES.parent / a.roles).is_dir() for a in config.arms if a.roles not in ("base", "teacher:gold"))
+    assert {c.category for c in config.conditions} >= {"simple", "multiple", "parallel", "parallel_multiple"}
 
 
 @pytest.mark.parametrize("path", ROLE_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -1,0 +1,324 @@
+"""The whole-loop benchmark in chunks: held-out tasks, several arms, a ledger that grows.
+
+    heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml              # the next chunk
+    heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml --max-chunks 3
+    heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml --report-only
+
+A recipe names conditions (an environment, a BFCL category, how many test-split tasks) and
+arms (the unadapted base, adapter sets, the gold teacher). Each condition's tasks are cut into
+chunks of ``chunk_tasks``; a chunk runs every arm on its tasks with ``heart eval e2e`` (the
+base beside the first adapter set in one process, one engine, one batch), each arm into its
+own folder under ``<out>/<condition>/chunk-NNN/``. The folders are the ledger: a chunk whose
+``stamp.json`` holds the key of what it would run now is done and skipped, an interrupted one
+continues (``heart eval e2e --resume``), and one run under another configuration runs again.
+Chunks run in recipe order, cheapest and most decisive conditions first, so a session that
+runs a few chunks and commits the folder leaves a result and the next session resumes it.
+
+After every chunk the report (``report.md``, ``report.json``) is recomputed from every finished
+chunk so far: per condition and arm, tasks so far of those planned, success with its 95%
+interval, the paired difference of each adapted arm and the teacher over the base on the same
+tasks, and each chunk's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from heart.atomic import publish_text
+from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
+from heart.environments.splits import SPLITS_VERSION
+from heart.roles import FORMATS_VERSION
+from heart_distill.arguments import loop_flags
+from heart_distill.eval.e2e_folder import EPISODES
+from heart_distill.eval.stats import bootstrap
+from heart_distill.pipeline import STAGE_ENV, fingerprint, heart_argv
+from heart_distill.recipes import RecipeError, read_yaml, validate_sections
+
+Env = Literal[ENVIRONMENTS]  # type: ignore[valid-type]
+BFCLCategory = Literal[BFCL_CATEGORIES]  # type: ignore[valid-type]
+STAMP = "stamp.json"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+
+
+@dataclass
+class Condition:
+    name: str
+    """Folder and row name (``bfcl-simple``)."""
+    env: Env = "bfcl"
+    category: BFCLCategory | None = None
+    """BFCL's category (None: multi_turn_base; AgentDojo: none)."""
+    tasks: Annotated[int, Field(ge=0)] = 50
+    """Test-split tasks measured, the first of the split in its stable order (0: all)."""
+
+
+@dataclass
+class Arm:
+    name: str
+    """Column name (``base``, ``distilled``, ``joint``, ``teacher``)."""
+    roles: str
+    """What answers the roles: ``base``, an adapters folder (relative to the recipe's
+    folder's repository, like every path here), or ``teacher:gold``."""
+
+
+@dataclass
+class BenchConfig:
+    out: str
+    """The ledger and report folder (commit it after each chunk)."""
+    arms: list[Arm]
+    conditions: list[Condition]
+    model: str = "smollm2-135m"
+    engine: str = "llamacpp:f16"
+    chunk_tasks: Annotated[int, Field(gt=0)] = 25
+    """Tasks per chunk: size it so that a chunk's arms finish within an hour on the machine."""
+    concurrency: Annotated[int, Field(gt=0)] = 16
+    """Episodes in flight per side."""
+    loop: dict[str, Any] = field(default_factory=dict)
+    """Loop settings for every arm (``heart.settings.LoopConfig`` field names)."""
+
+
+def load_bench(path: str | Path) -> BenchConfig:
+    """The recipe, checked: unknown keys and bad values fail naming the field."""
+    path = Path(path)
+    config = validate_sections(read_yaml(path, "benchmark recipe") or {}, BenchConfig, str(path), RecipeError,
+                               "benchmark recipe")
+    try:
+        loop_flags(config.loop)
+    except (TypeError, ValueError) as err:
+        raise RecipeError(f"{path}: loop: {err}") from None
+    names = [a.name for a in config.arms]
+    if len(set(names)) != len(names) or len({c.name for c in config.conditions}) != len(config.conditions):
+        raise RecipeError(f"{path}: arm and condition names must be distinct")
+    if sum(a.roles == "base" for a in config.arms) > 1:
+        raise RecipeError(f"{path}: at most one arm is the base")
+    for condition in config.conditions:
+        if condition.env != "bfcl" and condition.category is not None:
+            raise RecipeError(f"{path}: condition {condition.name}: category applies to bfcl only")
+    return config
+
+
+def condition_tasks(condition: Condition) -> list[str]:
+    from heart.environments import load_environment
+
+    ids = load_environment(condition.env, condition.category).task_ids("test")
+    return ids[:condition.tasks] if condition.tasks else ids
+
+
+@dataclass
+class Chunk:
+    condition: Condition
+    index: int
+    tasks: list[str]
+    folder: Path
+
+    def arm_folder(self, arm: Arm) -> Path:
+        return self.folder / arm.name
+
+
+def plan_chunks(config: BenchConfig) -> list[Chunk]:
+    """Every chunk of every condition, in recipe order."""
+    chunks = []
+    for condition in config.conditions:
+        tasks = condition_tasks(condition)
+        for index, start in enumerate(range(0, len(tasks), config.chunk_tasks)):
+            chunks.append(Chunk(condition, index, tasks[start:start + config.chunk_tasks],
+                                Path(config.out) / condition.name / f"chunk-{index:03d}"))
+    return chunks
+
+
+def chunk_commands(config: BenchConfig, chunk: Chunk, resume: bool) -> list[list[str]]:
+    """The ``heart eval e2e`` command lines of a chunk: the base beside the first adapter set
+    (one process, one engine), every other arm on its own."""
+    c = chunk.condition
+    common = ["--env", c.env, *(["--category", c.category] if c.category else []), "--split", "test",
+              "--model", config.model, "--engine", config.engine, "--concurrency", str(config.concurrency),
+              *loop_flags(config.loop), *[a for t in chunk.tasks for a in ("--task", t)],
+              *(["--resume"] if resume else [])]
+    base = next((a for a in config.arms if a.roles == "base"), None)
+    adapted = [a for a in config.arms if a.roles != "base" and not a.roles.startswith("teacher:")]
+    commands, paired = [], None
+    if base is not None and adapted:
+        paired = adapted[0]
+        commands.append(["heart", "eval", "e2e", "--roles", paired.roles, *common,
+                         "--out", str(chunk.arm_folder(paired)), "--base-out", str(chunk.arm_folder(base))])
+    for arm in config.arms:
+        if arm is not paired and not (arm is base and paired is not None):
+            commands.append(["heart", "eval", "e2e", "--roles", arm.roles, *common,
+                             "--out", str(chunk.arm_folder(arm))])
+    return commands
+
+
+def chunk_key(config: BenchConfig, chunk: Chunk) -> str:
+    """What decides a chunk's episodes: its commands (without --resume), the adapters' bytes
+    (manifests and weights) and the formats and splits versions."""
+
+    adapters = sorted({a.roles for a in config.arms if Path(a.roles).is_dir()})
+    payload = json.dumps({"commands": chunk_commands(config, chunk, resume=False), "formats": FORMATS_VERSION,
+                          "splits": SPLITS_VERSION,
+                          "adapters": {path: fingerprint([Path(path)]) for path in adapters}}, sort_keys=True)
+    return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+
+
+def chunk_state(config: BenchConfig, chunk: Chunk) -> str:
+    """"done" (its stamp holds the current key), "partial" (started, not done: resume), "stale"
+    (done under another configuration: run again) or "new"."""
+    stamp = chunk.folder / STAMP
+    if stamp.is_file():
+        return "done" if json.loads(stamp.read_text())["key"] == chunk_key(config, chunk) else "stale"
+    return "partial" if chunk.folder.is_dir() else "new"
+
+
+def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
+    """Run (or continue) one chunk; its wall time. Raises CalledProcessError on a failed arm."""
+    state = chunk_state(config, chunk)
+    if state == "stale":
+        shutil.rmtree(chunk.folder)
+    chunk.folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for command in chunk_commands(config, chunk, resume=state == "partial"):
+        print(f"bench: $ {' '.join(command[:4])} ... --out {command[command.index('--out') + 1]}", flush=True)
+        subprocess.run(heart_argv(command), env=STAGE_ENV, check=True)
+    wall_s = round(time.perf_counter() - started, 1)
+    publish_text(chunk.folder / STAMP, json.dumps({
+        "key": chunk_key(config, chunk), "tasks": chunk.tasks, "wall_s": wall_s,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+    return wall_s
+
+
+# -- the report -------------------------------------------------------------------------------
+
+def _episodes(folder: Path) -> dict[str, dict[str, Any]]:
+    """Task id → its scored episode (seed 0) of an arm's folder; errored ones left out."""
+    path = folder / EPISODES
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return {r["task_id"]: r for r in rows if not r.get("errored")}
+
+
+def _estimate(values: list[float], seed: int = 0) -> dict[str, Any]:
+    return asdict(bootstrap(np.asarray(values, dtype=float), seed=seed))
+
+
+def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
+    """Figures from every finished chunk so far (see the module docstring)."""
+    base = next((a for a in config.arms if a.roles == "base"), None)
+    conditions = []
+    for condition in config.conditions:
+        mine = [c for c in chunks if c.condition is condition]
+        done = [c for c in mine if (c.folder / STAMP).is_file()]
+        stamps = [json.loads((c.folder / STAMP).read_text()) for c in done]
+        arms = {}
+        for arm in config.arms:
+            episodes = {t: r for c in done for t, r in _episodes(c.arm_folder(arm)).items()}
+            arms[arm.name] = {"tasks": len(episodes),
+                              "success": _estimate([float(bool(r["success"])) for r in episodes.values()]),
+                              "errored": sum(len(c.tasks) for c in done) - len(episodes), "_episodes": episodes}
+        if base is not None:
+            for arm in config.arms:
+                if arm is base:
+                    continue
+                mine_eps, base_eps = arms[arm.name]["_episodes"], arms[base.name]["_episodes"]
+                shared = sorted(set(mine_eps) & set(base_eps))
+                arms[arm.name]["delta_vs_base"] = _estimate(
+                    [float(bool(mine_eps[t]["success"])) - float(bool(base_eps[t]["success"])) for t in shared])
+        for figures in arms.values():
+            figures.pop("_episodes")
+        conditions.append({"name": condition.name, "env": condition.env, "category": condition.category,
+                           "planned_tasks": sum(len(c.tasks) for c in mine),
+                           "tasks_so_far": sum(len(c.tasks) for c in done),
+                           "chunks": [{"index": c.index, "tasks": len(c.tasks), "wall_s": s["wall_s"],
+                                       "finished_at": s["finished_at"]} for c, s in zip(done, stamps)],
+                           "arms": arms})
+    return {"recipe": asdict(config), "conditions": conditions,
+            "compute_s": sum(ch["wall_s"] for c in conditions for ch in c["chunks"])}
+
+
+def _pct(estimate: dict[str, Any]) -> str:
+    if estimate.get("value") is None:
+        return "–"
+    low, high = estimate.get("low"), estimate.get("high")
+    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else ""
+    return f"{100 * estimate['value']:.1f}{interval}"
+
+
+def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
+    arms = [a["name"] for a in report["recipe"]["arms"]]
+    lines = ["# Whole-loop benchmark (held-out test tasks)", "",
+             f"- command: `{stamp['command']}`", f"- commit: {stamp['commit']} (dirty: {stamp['dirty']})",
+             f"- date: {stamp['date']}", f"- machine: {json.dumps(stamp['machine'])}",
+             f"- engine: {report['recipe']['engine']}, loop: {json.dumps(report['recipe']['loop'])}",
+             f"- compute so far: {report['compute_s'] / 60:.1f} min of chunks", "",
+             "Success in percent with a bootstrap 95% interval over tasks; Δ: paired difference over the "
+             "base on the same tasks, in points. At a few dozen tasks an interval that spans 0 decides nothing.",
+             "", "| condition | tasks so far | " + " | ".join(arms) + " | " +
+             " | ".join(f"Δ {a} − base" for a in arms[1:]) + " |",
+             "|---|---:|" + "---:|" * (2 * len(arms) - 1)]
+    for c in report["conditions"]:
+        cells = [_pct(c["arms"][a]["success"]) + f" (n={c['arms'][a]['tasks']})" for a in arms]
+        deltas = [_pct(c["arms"][a].get("delta_vs_base", {})) for a in arms[1:]]
+        lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " | "
+                     + " | ".join(deltas) + " |")
+    lines += ["", "Chunks (wall time on the machine above):", ""]
+    for c in report["conditions"]:
+        for ch in c["chunks"]:
+            lines.append(f"- {c['name']} chunk {ch['index']}: {ch['tasks']} tasks, {ch['wall_s'] / 60:.1f} min "
+                         f"(finished {ch['finished_at']})")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(config: BenchConfig, chunks: list[Chunk], argv: list[str]) -> Path:
+    from heart_distill.eval.provenance import stamp, write_stamped_json
+
+    import shlex
+
+    run_stamp = {**stamp(argv), "command": shlex.join(["heart", *argv])}
+    report = build_report(config, chunks)
+    write_stamped_json(Path(config.out) / REPORT_JSON, report, run_stamp)
+    publish_text(Path(config.out) / REPORT_MD, render_report(report, run_stamp))
+    return Path(config.out) / REPORT_MD
+
+
+def main(argv: list[str], full_argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="heart eval bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", required=True)
+    parser.add_argument("--max-chunks", type=int, default=1, help="chunks run in this call (default 1)")
+    parser.add_argument("--report-only", action="store_true", help="recompute the report; run nothing")
+    args = parser.parse_args(argv)
+    try:
+        config = load_bench(args.recipe)
+        chunks = plan_chunks(config)
+    except (RecipeError, ValueError) as err:
+        print(f"heart eval bench: error: {err}", file=sys.stderr)
+        return 2
+    ran = 0
+    for chunk in chunks:
+        if args.report_only or ran >= args.max_chunks:
+            break
+        if chunk_state(config, chunk) == "done":
+            continue
+        print(f"bench: {chunk.condition.name} chunk {chunk.index}: {len(chunk.tasks)} tasks, "
+              f"{len(config.arms)} arms", flush=True)
+        try:
+            wall_s = run_chunk(config, chunk)
+        except subprocess.CalledProcessError as err:
+            print(f"heart eval bench: error: an arm of {chunk.folder} failed (exit {err.returncode}); "
+                  f"its finished episodes are kept and the next call continues it", file=sys.stderr)
+            write_report(config, chunks, full_argv or ["eval", "bench", *argv])
+            return 1
+        ran += 1
+        print(f"bench: {chunk.folder} done in {wall_s / 60:.1f} min", flush=True)
+    left = sum(chunk_state(config, c) != "done" for c in chunks)
+    path = write_report(config, chunks, full_argv or ["eval", "bench", *argv])
+    print(f"bench: {ran} chunk(s) run, {left} of {len(chunks)} left; report: {path}")
+    return 0

@@ -1,0 +1,66 @@
+"""heart eval bench: the whole-loop benchmark in chunks, a ledger that resumes, a report from all chunks so far."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from heart_distill.eval import bench_e2e
+
+
+def recipe(tmp_path, **over):
+    data = {"out": str(tmp_path / "bench"), "chunk_tasks": 2, "concurrency": 2,
+            "arms": [{"name": "teacher", "roles": "teacher:gold"}],
+            "conditions": [{"name": "simple", "env": "bfcl", "category": "simple", "tasks": 3}], **over}
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_base_runs_beside_the_first_adapter_set_and_other_arms_alone(tmp_path):
+    (tmp_path / "adapters").mkdir()
+    config = bench_e2e.load_bench(recipe(tmp_path, arms=[
+        {"name": "base", "roles": "base"}, {"name": "distilled", "roles": str(tmp_path / "adapters")},
+        {"name": "teacher", "roles": "teacher:gold"}]))
+    chunk = bench_e2e.plan_chunks(config)[0]
+    commands = bench_e2e.chunk_commands(config, chunk, resume=False)
+    assert len(commands) == 2
+    paired, teacher = commands
+    assert paired[paired.index("--roles") + 1] == str(tmp_path / "adapters")
+    assert paired[paired.index("--base-out") + 1] == str(chunk.folder / "base")
+    assert teacher[teacher.index("--roles") + 1] == "teacher:gold" and "--base-out" not in teacher
+    assert [paired[i + 1] for i, a in enumerate(paired) if a == "--task"] == chunk.tasks
+    assert len(chunk.tasks) == 2 and all(t.startswith("simple_python_") for t in chunk.tasks)
+
+
+@pytest.mark.parametrize("bad, words", [({"arms": [{"name": "a", "roles": "base"}, {"name": "b", "roles": "base"}]},
+                                         "at most one arm is the base"),
+                                        ({"conditions": [{"name": "x", "env": "agentdojo", "category": "simple"}]},
+                                         "category applies to bfcl only"),
+                                        ({"chunk_tasks": 0}, "chunk_tasks"),
+                                        ({"loop": {"router_mode": "sideways"}}, "router_mode")])
+def test_a_bad_recipe_is_refused_naming_the_field(tmp_path, bad, words, capsys):
+    assert bench_e2e.main(["--recipe", str(recipe(tmp_path, **bad))]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_chunks_append_to_the_ledger_and_the_report_counts_every_chunk_so_far(tmp_path, capsys):
+    path = recipe(tmp_path)
+    out = tmp_path / "bench"
+    assert bench_e2e.main(["--recipe", str(path)]) == 0  # one chunk per call by default
+    report = json.loads((out / "report.json").read_text())
+    condition = report["conditions"][0]
+    assert (condition["tasks_so_far"], condition["planned_tasks"]) == (2, 3)
+    assert condition["arms"]["teacher"]["tasks"] == 2 and condition["arms"]["teacher"]["success"]["value"] == 1.0
+    assert "2 of 3" in (out / "report.md").read_text()
+    first_stamp = (out / "simple" / "chunk-000" / "stamp.json").read_text()
+    assert bench_e2e.main(["--recipe", str(path), "--max-chunks", "5"]) == 0  # the rest; chunk 0 is not rerun
+    assert (out / "simple" / "chunk-000" / "stamp.json").read_text() == first_stamp
+    condition = json.loads((out / "report.json").read_text())["conditions"][0]
+    assert condition["tasks_so_far"] == 3 and len(condition["chunks"]) == 2
+    assert "0 of 2 left" in capsys.readouterr().out.splitlines()[-1]
+    # another configuration makes the finished chunks stale: they run again
+    config = bench_e2e.load_bench(recipe(tmp_path, loop={"max_plan_steps": 3}))
+    assert {bench_e2e.chunk_state(config, c) for c in bench_e2e.plan_chunks(config)} == {"stale"}
