@@ -197,6 +197,70 @@ def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
     return wall_s
 
 
+# -- where a failed episode broke ----------------------------------------------------------------
+
+FAILURE_POINTS = ("planner_unparsed", "plan_tools", "plan_length", "router_unparsed", "primitive_failure",
+                  "verifier_pass", "replan_budget", "other")
+"""Where a failed episode broke, the first of these in the loop's order that its trace shows:
+a Planner answer that did not parse; a first plan of a turn without one of the turn's gold
+tools; one with every gold tool but another number of steps; a Router answer that did not
+parse; a Primitive FAILURE; every turn ended with the Verifier's PASS although the checker
+failed the episode (a wrong PASS); a turn that spent the whole re-plan budget; else
+``other`` (wrong argument values the Verifier did not catch, or a turn left unfinished)."""
+
+
+def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns: list[list[Any]],
+                  replan_budget: int) -> str:
+    """The :data:`FAILURE_POINTS` entry of a failed episode (``row``) from its role calls."""
+    calls = [e for e in events if e.get("kind", "event") == "event"]
+    planner = [e for e in calls if e["role"] == "planner"]
+    if any(e.get("parse_error") for e in planner):
+        return "planner_unparsed"
+    for turn, gold in enumerate(gold_turns):
+        first = next((e for e in planner if e.get("turn") == turn and (e.get("parsed") or {}).get("status")), None)
+        if first is None or not gold or first["parsed"]["status"] != "SUFFICIENT":
+            continue
+        planned = [step.get("tool_hint") for step in first["parsed"].get("plan") or []
+                   if step.get("family", "tool") != "code"]
+        wanted = [call.name for call in gold]
+        if set(wanted) - set(planned):
+            return "plan_tools"
+        if len(planned) != len(wanted):
+            return "plan_length"
+    if any(e.get("parse_error") for e in calls if e["role"] == "router"):
+        return "router_unparsed"
+    if any(((e.get("extra") or {}).get("envelope") or {}).get("status") == "FAILURE"
+           for e in calls if e["role"] == "primitive"):
+        return "primitive_failure"
+    if row.get("verdicts") and all(v == "PASS" for v in row["verdicts"]):
+        return "verifier_pass"
+    if any(used >= replan_budget for used in row.get("replans_used") or []):
+        return "replan_budget"
+    return "other"
+
+
+def failure_points(folder: Path, condition: Condition, replan_budget: int) -> dict[str, int]:
+    """Counts of :data:`FAILURE_POINTS` over the failed scored episodes of an arm's folder."""
+    from heart.environments import load_environment
+
+    from heart_distill.eval.e2e_folder import TRACE
+
+    failed = {t: r for t, r in _episodes(folder).items() if not r["success"]}
+    counts = dict.fromkeys(FAILURE_POINTS, 0)
+    if not failed:
+        return counts
+    events: dict[str, list[dict[str, Any]]] = {}
+    trace = folder / TRACE
+    for line in trace.read_text().splitlines() if trace.is_file() else []:
+        event = json.loads(line) if line.strip() else None
+        if event and event.get("task_id") in failed:
+            events.setdefault(event["task_id"], []).append(event)
+    environment = load_environment(condition.env, condition.category)
+    for task_id, row in failed.items():
+        counts[failure_point(events.get(task_id, []), row, environment.load_task(task_id).gold, replan_budget)] += 1
+    return counts
+
+
 # -- the report -------------------------------------------------------------------------------
 
 def _episodes(folder: Path) -> dict[str, dict[str, Any]]:
@@ -212,7 +276,10 @@ def _estimate(values: list[float], seed: int = 0) -> dict[str, Any]:
 
 def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
     """Figures from every finished chunk so far (see the module docstring)."""
+    from heart.settings import LoopConfig
+
     base = next((a for a in config.arms if a.roles == "base"), None)
+    budget = LoopConfig(**config.loop).replan_budget
     conditions = []
     for condition in config.conditions:
         mine = [c for c in chunks if c.condition is condition]
@@ -221,9 +288,14 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
         arms = {}
         for arm in config.arms:
             episodes = {t: r for c in done for t, r in _episodes(c.arm_folder(arm)).items()}
+            broke: dict[str, int] = dict.fromkeys(FAILURE_POINTS, 0)
+            for c in done:
+                for point, n in failure_points(c.arm_folder(arm), condition, budget).items():
+                    broke[point] += n
             arms[arm.name] = {"tasks": len(episodes),
                               "success": _estimate([float(bool(r["success"])) for r in episodes.values()]),
-                              "errored": sum(len(c.tasks) for c in done) - len(episodes), "_episodes": episodes}
+                              "errored": sum(len(c.tasks) for c in done) - len(episodes),
+                              "failure_points": broke, "_episodes": episodes}
         if base is not None:
             for arm in config.arms:
                 if arm is base:
@@ -269,6 +341,15 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         deltas = [_pct(c["arms"][a].get("delta_vs_base", {})) for a in arms[1:]]
         lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " | "
                      + " | ".join(deltas) + " |")
+    lines += ["", "Where the failed episodes broke (counts; `heart_distill.eval.bench_e2e.FAILURE_POINTS`: the "
+              "first of these in the loop's order that an episode's trace shows):", "",
+              "| condition | arm | failed | " + " | ".join(FAILURE_POINTS) + " |",
+              "|---|---|---:|" + "---:|" * len(FAILURE_POINTS)]
+    for c in report["conditions"]:
+        for a in arms:
+            broke = c["arms"][a]["failure_points"]
+            lines.append(f"| {c['name']} | {a} | {sum(broke.values())} | "
+                         + " | ".join(str(broke[p]) for p in FAILURE_POINTS) + " |")
     lines += ["", "Chunks (wall time on the machine above):", ""]
     for c in report["conditions"]:
         for ch in c["chunks"]:

@@ -64,3 +64,25 @@ def test_chunks_append_to_the_ledger_and_the_report_counts_every_chunk_so_far(tm
     # another configuration makes the finished chunks stale: they run again
     config = bench_e2e.load_bench(recipe(tmp_path, loop={"max_plan_steps": 3}))
     assert {bench_e2e.chunk_state(config, c) for c in bench_e2e.plan_chunks(config)} == {"stale"}
+
+
+def test_a_failed_episode_is_attributed_to_the_first_place_it_broke():
+    from heart.environments.base import ToolCall
+
+    gold = [[ToolCall("area", {"r": 3}), ToolCall("area", {"r": 5})]]
+
+    def plan(*tools, parse_error=None):
+        steps = [{"step": i, "tool_hint": t} for i, t in enumerate(tools, 1)]
+        return {"role": "planner", "turn": 0, "attempt": 0, "parse_error": parse_error,
+                "parsed": None if parse_error else {"status": "SUFFICIENT", "plan": steps}}
+
+    failed = {"success": False, "verdicts": ["FAIL"], "replans_used": [1]}
+    point = bench_e2e.failure_point
+    assert point([plan(parse_error="not JSON")], failed, gold, 3) == "planner_unparsed"
+    assert point([plan("volume", "area")], failed, gold, 3) == "plan_tools"
+    assert point([plan("area")], failed, gold, 3) == "plan_length"  # the one-step plan of a two-call request
+    primitive = {"role": "primitive", "turn": 0, "extra": {"envelope": {"status": "FAILURE"}}}
+    assert point([plan("area", "area"), primitive], failed, gold, 3) == "primitive_failure"
+    assert point([plan("area", "area")], {**failed, "verdicts": ["PASS"]}, gold, 3) == "verifier_pass"
+    assert point([plan("area", "area")], {**failed, "replans_used": [3]}, gold, 3) == "replan_budget"
+    assert point([plan("area", "area")], failed, gold, 3) == "other"
