@@ -202,8 +202,9 @@ def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
 FAILURE_POINTS = ("planner_unparsed", "plan_tools", "plan_length", "router_unparsed", "primitive_failure",
                   "verifier_pass", "replan_budget", "other")
 """Where a failed episode broke, the first of these in the loop's order that its trace shows:
-a Planner answer that did not parse; a first plan of a turn without one of the turn's gold
-tools; one with every gold tool but another number of steps; a Router answer that did not
+a Planner answer that did not parse; a first plan of a turn whose tools are not the turn's
+gold tools (one missing, or one not needed); one with the right tools but another number of
+steps; a Router answer that did not
 parse; a Primitive FAILURE; every turn ended with the Verifier's PASS although the checker
 failed the episode (a wrong PASS); a turn that spent the whole re-plan budget; else
 ``other`` (wrong argument values the Verifier did not catch, or a turn left unfinished)."""
@@ -223,7 +224,7 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
         planned = [step.get("tool_hint") for step in first["parsed"].get("plan") or []
                    if step.get("family", "tool") != "code"]
         wanted = [call.name for call in gold]
-        if set(wanted) - set(planned):
+        if set(wanted) != set(planned):  # a gold tool missing, or a tool the turn does not need
             return "plan_tools"
         if len(planned) != len(wanted):
             return "plan_length"

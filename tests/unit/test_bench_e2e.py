@@ -79,7 +79,8 @@ def test_a_failed_episode_is_attributed_to_the_first_place_it_broke():
     failed = {"success": False, "verdicts": ["FAIL"], "replans_used": [1]}
     point = bench_e2e.failure_point
     assert point([plan(parse_error="not JSON")], failed, gold, 3) == "planner_unparsed"
-    assert point([plan("volume", "area")], failed, gold, 3) == "plan_tools"
+    assert point([plan("volume", "area")], failed, gold, 3) == "plan_tools"  # a tool not needed
+    assert point([plan("volume")], failed, gold, 3) == "plan_tools"  # a gold tool missing
     assert point([plan("area")], failed, gold, 3) == "plan_length"  # the one-step plan of a two-call request
     primitive = {"role": "primitive", "turn": 0, "extra": {"envelope": {"status": "FAILURE"}}}
     assert point([plan("area", "area"), primitive], failed, gold, 3) == "primitive_failure"
