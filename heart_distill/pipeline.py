@@ -38,6 +38,7 @@ from heart import ROLES
 from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
 from heart.environments.splits import SPLITS_VERSION
 from heart.roles import FORMATS_VERSION
+from heart.settings import POLICY
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.arguments import loop_flags
@@ -88,9 +89,6 @@ class CollectConfig:
     """One episode per task per seed."""
     concurrency: Annotated[int, Field(gt=0)] = 8
     """Episodes run at once."""
-    router_mode: Literal["plan", "step"] = "plan"
-    """The Router's mode in both collections, train and test (``heart collect --router-mode``):
-    its dataset, and so its adapter, learn that mode's inputs and answers."""
     student: str | None = None
     """A model whose Primitive answers some steps in both collections (``heart collect
     --student``: ``base`` or an adapters folder): its real mistakes, executed and judged, are
@@ -208,6 +206,12 @@ class PipelineConfig:
     """Folder of everything the pipeline writes (relative to the working directory)."""
     model: str = "smollm2-135m"
     """Base model of the training recipes (its manifest is an input of the train stage)."""
+    loop: dict[str, Any] = field(default_factory=dict)
+    """The loop's settings for every stage that runs episodes, by
+    :class:`heart.settings.LoopConfig` field name (``{router_mode: step, planner_form:
+    subgoals}``): both collections take its policy settings (:data:`heart.settings.POLICY`),
+    so the datasets, and the adapters trained on them, learn those modes' inputs; every
+    end-to-end run takes all of them, its own ``loop:`` over them."""
     collect: CollectConfig = field(default_factory=CollectConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -223,7 +227,15 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
         data = read_yaml(path, "pipeline recipe") or {}
     except RecipeError as err:
         raise PipelineError(str(err)) from None
+    if isinstance(data, dict) and "router_mode" in (data.get("collect") or {}):
+        raise PipelineError(f"{path}: collect.router_mode is now a setting of the recipe's loop: section, read by "
+                            f"every stage that runs episodes (loop: {{router_mode: "
+                            f"{data['collect']['router_mode']}}})")
     config = validate_sections(data, PipelineConfig, str(path), PipelineError, "pipeline recipe")
+    try:
+        loop_flags(config.loop)
+    except (TypeError, ValueError) as err:
+        raise PipelineError(f"{path}: loop: {err}") from None
     for index, run_spec in enumerate(config.eval.e2e):
         try:
             loop_flags(run_spec.loop)
@@ -275,7 +287,8 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     run = Path(config.run_dir)
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
     faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only
-    mode = ["--router-mode", c.router_mode] if c.router_mode != "plan" else []
+    # the collections' policy settings: the Router's mode, the Planner's form, ... (heart collect's flags)
+    mode = loop_flags({k: v for k, v in config.loop.items() if k in POLICY})
     student = (["--student", c.student, "--student-rate", str(c.student_rate), "--student-engine", e.engine]
                if c.student and c.student_rate else [])  # (a gold-teacher option, like the faults)
     executor = config.executor.arguments()
@@ -309,7 +322,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
         limit_e2e = ["--limit", str(run_spec.limit)] if run_spec.limit else []
         eval_e2e.append(["heart", "eval", "e2e", "--env", run_spec.env, "--split", "test", "--roles",
                          str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args,
-                         *loop_flags(run_spec.loop), *executor,
+                         *loop_flags({**config.loop, **run_spec.loop}), *executor,
                          "--out", f"{folder}distilled", "--base-out", f"{folder}base"])
     e2e_outputs = [Path(command[-3]) for command in eval_e2e] + [Path(command[-1]) for command in eval_e2e]
     # A retrained adapter replaces the served one only through the library's validation; the

@@ -233,6 +233,9 @@ def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     ({"collect": {"student_rate": 0.5}}, "collect.student and collect.student_rate go together"),
     ({"collect": {"student": "runs/nowhere", "student_rate": 0.5}}, "collect.student must be 'base' or an adapters"),
     ({"collect": {"student_rate": 1.5, "student": "base"}}, "'collect.student_rate'"),
+    ({"collect": {"router_mode": "step"}}, "collect.router_mode is now a setting of the recipe's loop: section"),
+    ({"loop": {"planner_form": "essay"}}, "loop: planner_form must be 'plan' or 'subgoals'"),
+    ({"collect": {"bfcl_categories": ["parallel_multi"]}}, "'collect.bfcl_categories.0'"),
 ])
 def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
     path = tmp_path / "pipeline.yaml"
@@ -404,6 +407,32 @@ def test_a_library_stage_needs_an_engine_the_library_validates_with(recipe):
     recipe.write_text(yaml.safe_dump({**content, "library": {"roles": ["verifier"]}, "eval": {"engine": "llamacpp:q8_0"}}))
     with pytest.raises(PipelineError, match="library.roles needs eval.engine one of peft, llamacpp"):
         load_pipeline(recipe)
+
+
+def test_the_recipes_loop_section_reaches_every_stage_that_runs_episodes(tmp_path):
+    """One declaration of the Router's mode and the Planner's form: both collections take the
+    loop's policy settings (the datasets learn those modes), every end-to-end run all of them,
+    its own loop over them; one collection per BFCL category."""
+    recipe = tmp_path / "pipeline.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "run_dir": str(tmp_path / "run"), "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml")},
+        "loop": {"router_mode": "step", "planner_form": "subgoals", "max_plan_steps": 4},
+        "collect": {"bfcl_categories": ["multi_turn_base", "parallel"]},
+        "heldout": {"bfcl_categories": ["parallel_multiple"]},
+        "eval": {"e2e": [{"env": "bfcl", "loop": {"max_plan_steps": 3}}]}}))
+    config, folder = load_pipeline(recipe)
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    for stage in ("collect", "collect_test"):
+        for command in by_name[stage].commands:
+            assert command[command.index("--router-mode") + 1] == "step"
+            assert command[command.index("--planner-form") + 1] == "subgoals"
+            assert "--max-plan-steps" not in command  # a turn setting: heart collect does not take it
+    assert [c[c.index("--category") + 1] if "--category" in c else c[c.index("--env") + 1]
+            for c in by_name["collect"].commands] == ["bfcl", "parallel", "agentdojo"]
+    assert "parallel_multiple" in by_name["collect_test"].commands[0]
+    (e2e_command,) = by_name["eval_e2e"].commands
+    assert e2e_command[e2e_command.index("--max-plan-steps") + 1] == "3"  # the run's own loop over the recipe's
+    assert e2e_command[e2e_command.index("--planner-form") + 1] == "subgoals"
 
 
 def test_an_e2e_runs_loop_section_reaches_heart_eval_e2e_as_the_flags_its_settings_derive(tmp_path):
