@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -43,6 +44,7 @@ from heart.episode import episode_id, run_episode
 from heart.loop import LoopConfig
 from heart.settings import POLICY
 from heart.traces import TraceFormatError, TraceReadStats, TraceWriter, read_trace
+from heart.user_errors import UserError
 from heart_distill.arguments import collect_arguments as add_arguments, loop_settings
 from heart_distill.data.teachers import TeacherFactory
 from heart_distill.executors import ExecutorError, connect_ray, options_from_args, run_jobs, shards
@@ -130,6 +132,8 @@ def _write_manifest(out: Path, args: argparse.Namespace, teacher: TeacherFactory
     entry = {
         "env": args.env,  # (multi_turn_base is BFCL's default: its entries name no category)
         **({"category": args.category} if args.category not in (None, "multi_turn_base") else {}),
+        **({"tasks_file": args.tasks, "tasks_sha256": hashlib.sha256(Path(args.tasks).read_bytes()).hexdigest(),
+            "tools": args.tools} if args.tasks else {}),
         "split": args.split, "teacher": teacher.name, "teacher_spec": args.teacher,
         "fault_rate": args.fault_rate, **({"student": args.student, "student_rate": args.student_rate}
                                           if args.student else {}),
@@ -187,6 +191,10 @@ class CollectionSpec:
     what its earlier attempt finished."""
     category: str | None = None
     """The BFCL category (None: the environment's default, multi_turn_base)."""
+    tasks: str | None = None
+    """``custom``: the tasks file."""
+    tools: str | None = None
+    """``custom``: where its tools come from (:func:`heart.environments.custom_environment`)."""
     student: str | None = None
     """The gold teacher's student (natural faults): ``base`` or an adapters folder."""
     student_rate: float = 0.0
@@ -211,7 +219,7 @@ class CollectionWorker:
 
     def __init__(self, spec: CollectionSpec, environment=None, teacher: TeacherFactory | None = None):
         self.spec = spec
-        self.environment = environment or load_environment(spec.env, spec.category)
+        self.environment = environment or load_environment(spec.env, spec.category, spec.tasks, spec.tools)
         self.teacher = teacher or spec.teacher_factory(self.environment)
         self.traces = Path(spec.out) / "traces"
 
@@ -262,16 +270,18 @@ def collect(args: argparse.Namespace) -> int:
     except ExecutorError as err:
         raise SystemExit(f"error: --executor ray: {err}") from None
     try:
-        environment = load_environment(args.env, args.category)
+        environment = load_environment(args.env, args.category, args.tasks, args.tools)
     except ValueError as err:
         _refuse(f"error: {err}")
-    from heart.user_errors import UserError
+    except UserError as err:  # a tasks file or a tool that cannot be read, named
+        _refuse(f"error: {err}")
 
     config = _loop_config(args)
     config.check_files(environment.catalog())
     spec = CollectionSpec(env=args.env, teacher=args.teacher, fault_rate=args.fault_rate, quantize=args.quantize,
                           max_batch_size=args.max_batch_size, loop=config, out=str(out),
                           concurrency=args.concurrency, run=secrets.token_hex(4), category=args.category,
+                          tasks=args.tasks, tools=args.tools,
                           student=args.student, student_rate=args.student_rate, student_engine=args.student_engine)
     try:
         teacher = spec.teacher_factory(environment)

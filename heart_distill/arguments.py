@@ -90,12 +90,22 @@ def executor_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ray: GPUs each worker reserves, for an in-process engine per worker (default 0)")
 
 
+def custom_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--env custom``: a user's own tasks and tools (:mod:`heart.environments.custom`)."""
+    parser.add_argument("--tasks", default=None, metavar="FILE",
+                        help="custom: the tasks file (JSONL: id, request, optional expected_calls; docs/your-tools.md)")
+    parser.add_argument("--tools", default=None, metavar="SPEC",
+                        help="custom: a Python module or .py file of typed functions, 'mcp:COMMAND ARGS...' (a stdio "
+                             "MCP server per episode) or an http(s):// MCP server URL")
+
+
 def collect_arguments(parser: argparse.ArgumentParser) -> None:
     """``heart collect`` / ``python -m heart_distill.data.collect``."""
     parser.add_argument("--env", required=True, choices=ENVIRONMENTS)
     parser.add_argument("--category", default=None, choices=BFCL_CATEGORIES,
                         help="bfcl only (default multi_turn_base; multi_turn_miss_param: the user withholds a "
                              "parameter until asked; simple, multiple, parallel, parallel_multiple: single-turn)")
+    custom_arguments(parser)
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"])
     parser.add_argument("--teacher", default="gold", help="gold | openai:<url>#<model> | hf:<model>")
     parser.add_argument("--fault-rate", type=probability, default=0.0,

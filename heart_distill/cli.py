@@ -34,7 +34,8 @@ from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
 from heart.runtime.backends import backend_for, parse_model_spec
 from heart.runtime.engines import ENGINE_SPECS
 from heart.settings import POLICY, TURN, LoopConfig
-from heart_distill.arguments import collect_arguments, loop_arguments, loop_settings, optimize_arguments
+from heart_distill.arguments import (collect_arguments, custom_arguments, loop_arguments, loop_settings,
+                                     optimize_arguments)
 
 RUN_SETTINGS = (*POLICY, *TURN, "prefill")
 """The loop settings ``heart run`` and ``heart demo`` take (:mod:`heart.settings`)."""
@@ -276,9 +277,11 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_tasks(args: argparse.Namespace) -> int:
     from heart.environments import load_environment
 
+    from heart.user_errors import UserError
+
     try:
-        environment = load_environment(args.env, args.category)
-    except ValueError as err:
+        environment = load_environment(args.env, args.category, args.tasks, args.tools)
+    except (ValueError, UserError) as err:
         print(f"heart tasks: error: {err}", file=sys.stderr)
         return 2
     for task_id in environment.task_ids(args.split):
@@ -561,6 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list task ids")
     p.add_argument("--env", default="bfcl", choices=ENVIRONMENTS)
     p.add_argument("--category", choices=BFCL_CATEGORIES, help="bfcl only (default multi_turn_base)")
+    custom_arguments(p)
     p.add_argument("--split", choices=["train", "dev", "test"])
     p.set_defaults(func=cmd_tasks)
 

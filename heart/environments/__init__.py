@@ -16,8 +16,9 @@ from heart.environments.base import (
 )
 from heart.environments.splits import SPLITS, split_of
 
-ENVIRONMENTS = ("bfcl", "agentdojo")
-"""The benchmark environments every command can run."""
+ENVIRONMENTS = ("bfcl", "agentdojo", "custom")
+"""The environments every command can run: two benchmarks, and a user's own tools over a
+tasks file (``custom``: ``--tasks FILE --tools SPEC``, :mod:`heart.environments.custom`)."""
 
 BFCL_MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context", "multi_turn_miss_param")
 """BFCL categories :class:`~heart.environments.bfcl.BFCLEnvironment` runs as BFCL does.
@@ -45,10 +46,44 @@ def check_category(env: str, category: str | None) -> None:
         raise ValueError(f"unknown BFCL category {category!r}: expected one of {', '.join(BFCL_CATEGORIES)}")
 
 
-def load_environment(name: str, category: str | None = None, **options) -> Environment:
-    """Return the environment called ``name`` ("bfcl" or "agentdojo"), for BFCL in
-    ``category`` (:data:`BFCL_CATEGORIES`; multi_turn_base by default)."""
+def check_custom(env: str, tasks: str | None, tools: str | None) -> None:
+    """ValueError unless a custom environment has both ``tasks`` and ``tools``, and only it."""
+    if env == "custom" and not (tasks and tools):
+        raise ValueError("--env custom needs --tasks FILE (a tasks file) and --tools SPEC (a Python module or "
+                         ".py file of typed functions, or mcp:COMMAND ARGS... / an http(s):// MCP server URL)")
+    if env != "custom" and (tasks or tools):
+        raise ValueError(f"--tasks and --tools apply to --env custom only, not {env!r}")
+
+
+def custom_environment(tasks: str, tools: str) -> Environment:
+    """The ``custom`` environment of a tasks file over ``tools``: ``mcp:COMMAND ARGS...`` (a stdio
+    MCP server started per episode), an ``http(s)://`` MCP server URL, or a Python module (dotted
+    name or ``.py`` file) whose public typed functions are the tools."""
+    import shlex
+
+    from heart.environments.custom import CustomEnvironment, custom_mcp_environment, python_tools
+
+    if tools.startswith("mcp:"):
+        from heart.environments.mcp import StdioServer
+
+        command, *args = shlex.split(tools[len("mcp:"):])
+        return custom_mcp_environment(tasks, StdioServer(command, tuple(args)))
+    if tools.startswith(("http://", "https://")):
+        from heart.environments.mcp import HttpServer
+
+        return custom_mcp_environment(tasks, HttpServer(tools))
+    return CustomEnvironment(tasks, python_tools(tools))
+
+
+def load_environment(name: str, category: str | None = None, tasks: str | None = None, tools: str | None = None,
+                     **options) -> Environment:
+    """Return the environment called ``name`` (:data:`ENVIRONMENTS`), for BFCL in ``category``
+    (:data:`BFCL_CATEGORIES`; multi_turn_base by default), for ``custom`` a tasks file over
+    ``tools`` (:func:`custom_environment`)."""
     check_category(name, category)
+    check_custom(name, tasks, tools)
+    if name == "custom":
+        return custom_environment(tasks, tools)
     if name == "bfcl" and category in BFCL_SINGLE_TURN_CATEGORIES:
         from heart.environments.bfcl_ast import BFCLASTEnvironment
 
@@ -61,7 +96,7 @@ def load_environment(name: str, category: str | None = None, **options) -> Envir
         from heart.environments.agentdojo import AgentDojoEnvironment
 
         return AgentDojoEnvironment(**options)
-    raise ValueError(f"unknown environment {name!r}: expected 'bfcl' or 'agentdojo'")
+    raise ValueError(f"unknown environment {name!r}: expected one of {', '.join(ENVIRONMENTS)}")
 
 
 __all__ = [
@@ -77,6 +112,8 @@ __all__ = [
     "ToolCall",
     "ToolExecutionError",
     "check_category",
+    "check_custom",
+    "custom_environment",
     "load_environment",
     "split_of",
 ]
