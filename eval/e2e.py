@@ -62,7 +62,7 @@ from heart_distill.eval.models import (RoleModels, check_served_modes, check_sid
                                       shared_backend, shared_backends, with_base_side)
 from heart_distill.eval.roles import MAX_NEW_TOKENS
 from heart_distill.eval.stats import bootstrap, pass_hat_k
-from heart_distill.arguments import executor_arguments, loop_arguments, loop_settings
+from heart_distill.arguments import custom_arguments, executor_arguments, loop_arguments, loop_settings
 from heart_distill.executors import LOCAL, ExecutorError, ExecutorOptions, options_from_args, run_jobs
 from heart.runtime.base import Backend, SamplingConfig
 from heart.runtime.engines import ENGINE_SPECS
@@ -87,6 +87,10 @@ class E2EConfig:
     category: str | None = None
     """BFCL category: a multi-turn one (default multi_turn_base) or simple, multiple,
     parallel, parallel_multiple (single-turn, AST-checked)."""
+    tasks_file: str | None = None
+    """``custom``: the tasks file."""
+    tools: str | None = None
+    """``custom``: where its tools come from (:func:`heart.environments.custom_environment`)."""
     split: str = "test"
     roles_spec: str = "base"
     """base | an adapters folder | teacher:SPEC (see eval.models)."""
@@ -291,7 +295,8 @@ class E2EWorker:
         configs = spec.configs
         self.spec = spec
         self.models = list(models or [resolve_role_models(c.roles_spec, c.model) for c in configs])
-        self.environment = environment or load_environment(configs[0].env, configs[0].category)
+        self.environment = environment or load_environment(configs[0].env, configs[0].category,
+                                                           configs[0].tasks_file, configs[0].tools)
         given = list(backends or [None] * len(configs))
         shared = shared_sides(configs, self.models) if not any(given) else [None] * len(configs)
         self.backends = []
@@ -337,7 +342,7 @@ def run_sides(configs: Sequence[E2EConfig], backends: Sequence[Backend | None] |
     for config, side in zip(configs, models):
         if not config.allow_other_modes:
             check_served_modes(side, config.loop)
-    environment = load_environment(first.env, first.category)
+    environment = load_environment(first.env, first.category, first.tasks_file, first.tools)
     harness_fingerprint = None
     if first.harness:  # refused before any episode, naming the file and field
         from heart.harness import load_harness
@@ -480,6 +485,7 @@ def write_results(side: Side, task_ids: list[str], wall_s: float, sides: int, ar
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, choices=ENVIRONMENTS)
     parser.add_argument("--category", choices=BFCL_CATEGORIES, help="bfcl only (default multi_turn_base)")
+    custom_arguments(parser)
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"])
     parser.add_argument("--roles", dest="roles_spec", default="base", help="base | ADAPTERS_DIR | teacher:SPEC")
     parser.add_argument("--model", default="smollm2-135m", help="base model (when no manifest names one)")
@@ -515,7 +521,8 @@ def config_from_args(args: argparse.Namespace) -> E2EConfig:
     # numeric ranges are checked by the parser (heart.argtypes)
     if len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds must be distinct, got {args.seeds}")
-    return E2EConfig(env=args.env, out=args.out, category=args.category, split=args.split,
+    return E2EConfig(env=args.env, out=args.out, category=args.category, tasks_file=args.tasks, tools=args.tools,
+                     split=args.split,
                      roles_spec=args.roles_spec, model=args.model, seeds=tuple(args.seeds), limit=args.limit,
                      tasks=tuple(args.task),
                      concurrency=args.concurrency, engine=args.engine,

@@ -41,6 +41,7 @@ def run_identity(config: Any, models: Any, task_ids: Sequence[str], harness_fing
     are left out: they change when and where episodes run, not what they measure."""
     identity = {
         "format": RUN_FORMAT, "env": config.env, "category": config.category, "split": config.split,
+        **({"tasks_file": config.tasks_file, "tools": config.tools} if config.tasks_file else {}),
         "tasks": list(task_ids), "seeds": list(config.seeds),
         "roles": models.spec, "model": models.model, "teacher": models.teacher,
         "adapters": {role: {"path": path, "manifest": models.manifests.get(role, {})}

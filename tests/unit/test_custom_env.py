@@ -110,3 +110,15 @@ def test_a_gold_collection_over_python_tools_is_scored_and_builds_datasets(tmp_p
     assert main(["datasets", "build", str(out), "--out", str(out / "datasets")]) == 0
     planner = load_from_disk(str(out / "datasets" / "planner"))
     assert {row["env"] for row in planner["train"]} == {"custom"}
+
+
+def test_the_whole_loop_is_evaluated_on_held_out_custom_tasks(tmp_path):
+    from heart_distill.cli import main
+
+    tasks = tasks_file(tmp_path)
+    out = tmp_path / "e2e"
+    assert main(["eval", "e2e", "--env", "custom", "--tasks", str(tasks), "--tools", TOOLS, "--roles",
+                 "teacher:gold", "--limit", "4", "--out", str(out)]) == 0
+    results = json.loads((out / "e2e.json").read_text())
+    assert results["figures"]["success_rate"]["value"] == 1.0 and results["figures"]["success_rate"]["n"] == 4
+    assert json.loads((out / "e2e-run.json").read_text())["tasks_file"] == str(tasks)
