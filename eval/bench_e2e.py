@@ -293,8 +293,13 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
             for c in done:
                 for point, n in failure_points(c.arm_folder(arm), condition, budget).items():
                     broke[point] += n
+            turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
             arms[arm.name] = {"tasks": len(episodes),
                               "success": _estimate([float(bool(r["success"])) for r in episodes.values()]),
+                              # multi-turn BFCL: the share of an episode's turns the checker accepts
+                              # before its first failing one, averaged over episodes
+                              **({"per_turn_success": _estimate([r["checker"]["turns_passed"] / r["checker"]["turns"]
+                                                                 for r in turns])} if turns else {}),
                               "errored": sum(len(c.tasks) for c in done) - len(episodes),
                               "failure_points": broke, "_episodes": episodes}
         if base is not None:
@@ -342,6 +347,14 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         deltas = [_pct(c["arms"][a].get("delta_vs_base", {})) for a in arms[1:]]
         lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " | "
                      + " | ".join(deltas) + " |")
+    multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
+    if multi_turn:
+        lines += ["", "Multi-turn BFCL, per-turn success (the share of an episode's turns BFCL's checker accepts "
+                  "before its first failing turn, in percent):", "",
+                  "| condition | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+        for c in multi_turn:
+            lines.append(f"| {c['name']} | " + " | ".join(_pct(c["arms"][a].get("per_turn_success", {}))
+                                                      for a in arms) + " |")
     lines += ["", "Where the failed episodes broke (counts; `heart_distill.eval.bench_e2e.FAILURE_POINTS`: the "
               "first of these in the loop's order that an episode's trace shows):", "",
               "| condition | arm | failed | " + " | ".join(FAILURE_POINTS) + " |",

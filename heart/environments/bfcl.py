@@ -356,6 +356,24 @@ class BFCLSession(LoggedSession):
         (BFCL runs a turn's steps in order on the same instances)."""
         return [[[_call_string(call)] for call in turn] for turn in self._log.calls]
 
+    def _turns_passed(self, decoded: list, gold: list, upto: int) -> int:
+        """How many turns, from the first and at most ``upto``, BFCL's checker accepts before
+        the first it fails: the checker run on the first k turns for k = 1, 2, ... (it checks
+        state and responses turn by turn, in its own order, and stops at the first failure).
+        A measure that moves before whole multi-turn tasks do."""
+        for k in range(1, upto + 1):
+            model_name = f"heart_{uuid.uuid4().hex}"
+            try:
+                valid = multi_turn_checker(decoded[:k], gold[:k], self._entry, self.env.category, model_name)["valid"]
+            except Exception:  # a malformed turn fails, as in score()
+                valid = False
+            finally:
+                for key in [key for key in vars(multi_turn_utils) if key.startswith(model_name)]:
+                    del vars(multi_turn_utils)[key]
+            if not valid:
+                return k - 1
+        return upto
+
     def score(self) -> EpisodeScore:
         gold = self._entry["ground_truth"]
         decoded = self.decoded_calls()
@@ -365,7 +383,8 @@ class BFCLSession(LoggedSession):
             return EpisodeScore(0.0, False, {
                 "error_type": "multi_turn:force_terminated",
                 "error_message": f"the episode ran {self._log.turns_started} of {len(gold)} turns",
-                "clarifications": clarifications,
+                "clarifications": clarifications, "turns": len(gold),
+                "turns_passed": self._turns_passed(decoded, gold, self._log.turns_started),
             })
         # The checker caches backend instances in its module globals under the model name
         # and entry id: a fresh name per scoring call keeps episodes of the same task apart.
@@ -379,7 +398,10 @@ class BFCLSession(LoggedSession):
             for key in [k for k in vars(multi_turn_utils) if k.startswith(model_name)]:
                 del vars(multi_turn_utils)[key]  # else every scoring call leaks two states
         irrelevance = multi_turn_irrelevance_checker(decoded, gold)
-        details: dict[str, Any] = {"irrelevance_valid": irrelevance["valid"], "clarifications": clarifications}
+        details: dict[str, Any] = {"irrelevance_valid": irrelevance["valid"], "clarifications": clarifications,
+                                   "turns": len(gold),
+                                   "turns_passed": len(gold) if result["valid"]
+                                   else self._turns_passed(decoded, gold, len(gold) - 1)}
         if not result["valid"]:
             details["error_type"] = result.get("error_type")
             details["error_message"] = result.get("error_message")

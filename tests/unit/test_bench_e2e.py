@@ -87,3 +87,12 @@ def test_a_failed_episode_is_attributed_to_the_first_place_it_broke():
     assert point([plan("area", "area")], {**failed, "verdicts": ["PASS"]}, gold, 3) == "verifier_pass"
     assert point([plan("area", "area")], {**failed, "replans_used": [3]}, gold, 3) == "replan_budget"
     assert point([plan("area", "area")], failed, gold, 3) == "other"
+
+
+def test_multi_turn_conditions_report_per_turn_success(tmp_path):
+    path = recipe(tmp_path, conditions=[{"name": "base", "env": "bfcl", "category": "multi_turn_base", "tasks": 1}])
+    assert bench_e2e.main(["--recipe", str(path)]) == 0
+    (condition,) = json.loads((tmp_path / "bench" / "report.json").read_text())["conditions"]
+    teacher = condition["arms"]["teacher"]
+    assert teacher["per_turn_success"]["n"] == 1 and teacher["per_turn_success"]["value"] == teacher["success"]["value"]
+    assert "per-turn success" in (tmp_path / "bench" / "report.md").read_text()

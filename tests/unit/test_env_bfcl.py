@@ -265,3 +265,29 @@ def test_long_context_gold_replay_is_valid():
         task = env.load_task(task_id)
         _, score = replay(env, task, task.gold)
         assert score.success, (task_id, score.details)
+
+
+def test_a_failed_episode_says_how_many_turns_passed_before_the_first_failure():
+    """Per-turn success: BFCL's checker on the first k turns, in its own order."""
+    from heart.environments.bfcl import BFCLEnvironment
+
+    env = BFCLEnvironment()
+    task = env.load_task("multi_turn_base_0")
+    assert len(task.turns) >= 3 and all(task.gold[t] for t in (0, 1))
+
+    def run(turns_done: int) -> dict:
+        session = env.start(task)
+        tools = {t.name: t for t in session.tools}
+        for turn in range(len(task.turns)):
+            session.start_turn(turn)
+            for call in task.gold[turn] if turn < turns_done else []:
+                try:
+                    tools[call.name].fn(**call.arguments)
+                except Exception:
+                    pass
+            session.finish_turn(turn, "done")
+        return session.score().details
+
+    assert (run(len(task.turns))["turns_passed"], run(len(task.turns))["turns"]) == (len(task.turns),) * 2
+    assert run(1)["turns_passed"] == 1  # the first turn's calls made, the second's not
+    assert run(0)["turns_passed"] == 0
