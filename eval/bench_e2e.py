@@ -332,6 +332,9 @@ def _pct(estimate: dict[str, Any]) -> str:
 
 def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
     arms = [a["name"] for a in report["recipe"]["arms"]]
+    compared = [a["name"] for a in report["recipe"]["arms"] if a["roles"] != "base"]
+    if len(compared) == len(arms):  # no base arm: nothing to pair with
+        compared = []
     lines = ["# Whole-loop benchmark (held-out test tasks)", "",
              f"- command: `{stamp['command']}`", f"- commit: {stamp['commit']} (dirty: {stamp['dirty']})",
              f"- date: {stamp['date']}", f"- machine: {json.dumps(stamp['machine'])}",
@@ -339,14 +342,14 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
              f"- compute so far: {report['compute_s'] / 60:.1f} min of chunks", "",
              "Success in percent with a bootstrap 95% interval over tasks; Δ: paired difference over the "
              "base on the same tasks, in points. At a few dozen tasks an interval that spans 0 decides nothing.",
-             "", "| condition | tasks so far | " + " | ".join(arms) + " | " +
-             " | ".join(f"Δ {a} − base" for a in arms[1:]) + " |",
-             "|---|---:|" + "---:|" * (2 * len(arms) - 1)]
+             "", "| condition | tasks so far | " + " | ".join(arms) + " |" +
+             "".join(f" Δ {a} − base |" for a in compared),
+             "|---|---:|" + "---:|" * (len(arms) + len(compared))]
     for c in report["conditions"]:
         cells = [_pct(c["arms"][a]["success"]) + f" (n={c['arms'][a]['tasks']})" for a in arms]
-        deltas = [_pct(c["arms"][a].get("delta_vs_base", {})) for a in arms[1:]]
-        lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " | "
-                     + " | ".join(deltas) + " |")
+        deltas = [_pct(c["arms"][a].get("delta_vs_base", {})) for a in compared]
+        lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " |"
+                     + "".join(f" {d} |" for d in deltas))
     multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
     if multi_turn:
         lines += ["", "Multi-turn BFCL, per-turn success (the share of an episode's turns BFCL's checker accepts "
