@@ -215,7 +215,7 @@ def _run_tasks(args: argparse.Namespace, task_ids: list[str]) -> int:
     from heart.traces import TraceWriter
 
     serving = _loop_serving(args)
-    environment = _with_library(serving, load_environment(args.env))
+    environment = _with_library(serving, load_environment(args.env, tasks=args.tasks, tools=args.tools))
     _check_middleware(args, environment)
     shared = None if serving.per_task else _backend(serving)
     trace = TraceWriter(args.trace) if args.trace else None
@@ -294,7 +294,7 @@ def cmd_toolface(args: argparse.Namespace) -> int:
     from heart.catalog import catalog_tools, central_catalog, retrieval_config, session_toolface
     from heart.environments import load_environment
 
-    environment = load_environment(args.env)
+    environment = load_environment(args.env, tasks=args.tasks, tools=args.tools)
     try:
         task = environment.load_task(args.task or environment.task_ids()[0])
     except KeyError as e:
@@ -316,6 +316,7 @@ def cmd_toolface(args: argparse.Namespace) -> int:
 def _toolface_arguments(sub) -> None:
     p = sub.add_parser("toolface", help="show the tools ToolFace retrieves for a task's turn or a query")
     p.add_argument("--env", default="bfcl", choices=ENVIRONMENTS)
+    custom_arguments(p)
     p.add_argument("--task", help="task id (default: the first task)")
     p.add_argument("--turn", type=nonnegative_int, default=0, help="which user turn's text is the query")
     p.add_argument("--query", help="search this text instead of the task's turn")
@@ -416,6 +417,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 def _loop_arguments(p: argparse.ArgumentParser, model_default: str, **loop_defaults) -> None:
     p.add_argument("--env", default="bfcl", choices=ENVIRONMENTS)
+    custom_arguments(p)
     p.add_argument("--model", default=model_default,
                    help="embedded name (smollm2-135m, tiny-qwen3), a local folder, a HF id, 'gold' "
                         "(the gold-guided teacher) or openai:<url>#<model>")
@@ -480,7 +482,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # refused before any model loads; stdio is the client's own pipe: no key
     key = api_key_for(args.host, args.api_key, "heart mcp serve") if args.transport == "http" else None
     serving = _loop_serving(args)
-    environment = _with_library(serving, load_environment(args.env))
+    environment = _with_library(serving, load_environment(args.env, tasks=args.tasks, tools=args.tools))
     _check_middleware(args, environment)
     shared = None if serving.per_task else _backend(serving)  # a model loads once, before serving
 

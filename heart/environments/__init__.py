@@ -15,6 +15,7 @@ from heart.environments.base import (
     ToolExecutionError,
 )
 from heart.environments.splits import SPLITS, split_of
+from heart.user_errors import UserError
 
 ENVIRONMENTS = ("bfcl", "agentdojo", "custom")
 """The environments every command can run: two benchmarks, and a user's own tools over a
@@ -36,23 +37,27 @@ BFCL_CATEGORIES = BFCL_MULTI_TURN_CATEGORIES + tuple(BFCL_SINGLE_TURN_CATEGORIES
 """Every BFCL category a command takes (``--category``); multi_turn_base is the default."""
 
 
+class EnvironmentChoiceError(UserError, ValueError):
+    """An environment, category, tasks file or tools option that does not fit the others."""
+
+
 def check_category(env: str, category: str | None) -> None:
     """ValueError unless ``category`` is None or one of ``env``'s categories."""
     if category is None:
         return
     if env != "bfcl":
-        raise ValueError(f"--category applies to bfcl only, not {env!r}")
+        raise EnvironmentChoiceError(f"--category applies to bfcl only, not {env!r}")
     if category not in BFCL_CATEGORIES:
-        raise ValueError(f"unknown BFCL category {category!r}: expected one of {', '.join(BFCL_CATEGORIES)}")
+        raise EnvironmentChoiceError(f"unknown BFCL category {category!r}: expected one of {', '.join(BFCL_CATEGORIES)}")
 
 
 def check_custom(env: str, tasks: str | None, tools: str | None) -> None:
     """ValueError unless a custom environment has both ``tasks`` and ``tools``, and only it."""
     if env == "custom" and not (tasks and tools):
-        raise ValueError("--env custom needs --tasks FILE (a tasks file) and --tools SPEC (a Python module or "
+        raise EnvironmentChoiceError("--env custom needs --tasks FILE (a tasks file) and --tools SPEC (a Python module or "
                          ".py file of typed functions, or mcp:COMMAND ARGS... / an http(s):// MCP server URL)")
     if env != "custom" and (tasks or tools):
-        raise ValueError(f"--tasks and --tools apply to --env custom only, not {env!r}")
+        raise EnvironmentChoiceError(f"--tasks and --tools apply to --env custom only, not {env!r}")
 
 
 def custom_environment(tasks: str, tools: str) -> Environment:
@@ -105,6 +110,7 @@ __all__ = [
     "BFCL_SINGLE_TURN_CATEGORIES",
     "ENVIRONMENTS",
     "Environment",
+    "EnvironmentChoiceError",
     "EnvironmentSession",
     "EpisodeScore",
     "SPLITS",

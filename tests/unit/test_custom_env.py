@@ -122,3 +122,15 @@ def test_the_whole_loop_is_evaluated_on_held_out_custom_tasks(tmp_path):
     results = json.loads((out / "e2e.json").read_text())
     assert results["figures"]["success_rate"]["value"] == 1.0 and results["figures"]["success_rate"]["n"] == 4
     assert json.loads((out / "e2e-run.json").read_text())["tasks_file"] == str(tasks)
+
+
+def test_heart_run_takes_the_custom_environment(tmp_path, capsys):
+    from heart_distill.cli import main
+
+    tasks = tasks_file(tmp_path)
+    task = CustomEnvironment(tasks, python_tools(TOOLS)).task_ids("train")[0]
+    assert main(["run", "--env", "custom", "--tasks", str(tasks), "--tools", TOOLS, "--model", "gold",
+                 "--task", task]) == 0
+    assert f"{task}=1.00" in capsys.readouterr().out
+    assert main(["run", "--env", "custom", "--task", task]) == 2
+    assert "--env custom needs --tasks FILE" in capsys.readouterr().err
