@@ -612,6 +612,24 @@ def headline_checks(report: BuildReport) -> list[str]:
     return lines
 
 
+def build_flags(settings: dict[str, Any]) -> list[str]:
+    """The ``heart datasets build`` flags that set ``settings`` (BuildOptions field → value;
+    a pipeline recipe's ``datasets:`` section); a value at its default gives no flag.
+    ValueError for a key that is not a build option or a value BuildOptions refuses."""
+    flags = {"verifier_balance": "--verifier-balance", "relevance_balance": "--relevance-balance",
+             "validation_fraction": "--validation-fraction", "seed": "--seed"}
+    unknown = [key for key in settings if key not in flags]
+    if unknown:
+        raise ValueError(f"not build options: {', '.join(map(str, unknown))} (known: {', '.join(flags)})")
+    BuildOptions(**settings)  # values it refuses are refused here, naming the field
+    defaults = BuildOptions()
+    out: list[str] = []
+    for key, value in settings.items():
+        if value != getattr(defaults, key):
+            out += [flags[key], "none" if value is None else str(value)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m heart_distill.data.build",
@@ -619,14 +637,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("run_dir", help="the collection run folder (holds traces/*.jsonl)")
     parser.add_argument("--out", help="output folder (default: <run_dir>/datasets)")
-    parser.add_argument("--verifier-balance", type=ratio_or_none, default="1.0",
-                        help="max majority/minority verdict ratio per Verifier split, or 'none'")
-    parser.add_argument("--relevance-balance", type=ratio_or_none, default="none",
+    defaults = BuildOptions()  # the one declaration of each build option's default
+    parser.add_argument("--verifier-balance", type=ratio_or_none, default=defaults.verifier_balance,
+                        help=f"max majority/minority verdict ratio per Verifier split, or 'none' (default "
+                             f"{defaults.verifier_balance})")
+    parser.add_argument("--relevance-balance", type=ratio_or_none, default=defaults.relevance_balance,
                         help="max majority/minority label ratio of the Primitive's relevance rows per split, "
                              "or 'none' (default: keep all)")
-    parser.add_argument("--validation-fraction", type=fraction, default=0.1,
+    parser.add_argument("--validation-fraction", type=fraction, default=defaults.validation_fraction,
                         help="share of task ids held out when the run has no dev-split task")
-    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the Verifier downsampling")
+    parser.add_argument("--seed", type=nonnegative_int, default=defaults.seed,
+                        help="seed of the Verifier downsampling")
     parser.add_argument("--tokenizer", default="default",
                         help="'default' (SmolLM2, else whitespace), 'whitespace', or a tokenizer")
     parser.add_argument("--roles", default=",".join(ROLES), help="comma-separated roles to build")

@@ -42,6 +42,7 @@ from heart.settings import POLICY
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.arguments import loop_flags
+from heart_distill.data.build import build_flags
 from heart_distill.recipes import RecipeError, Role, load_roles, read_yaml, validate_sections
 from heart_distill.library_cli import ENGINE_CHOICES as LIBRARY_ENGINES
 
@@ -213,6 +214,10 @@ class PipelineConfig:
     so the datasets, and the adapters trained on them, learn those modes' inputs; every
     end-to-end run takes all of them, its own ``loop:`` over them."""
     collect: CollectConfig = field(default_factory=CollectConfig)
+    datasets: dict[str, Any] = field(default_factory=dict)
+    """How traces become role datasets, by :class:`heart_distill.data.build.BuildOptions`
+    field name (``{verifier_balance: 1.0, relevance_balance: 3.0, validation_fraction: 0.1,
+    seed: 0}``), over its defaults; passed to ``heart datasets build`` as the flags they derive."""
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -236,6 +241,10 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
         loop_flags(config.loop)
     except (TypeError, ValueError) as err:
         raise PipelineError(f"{path}: loop: {err}") from None
+    try:
+        build_flags(config.datasets)
+    except (TypeError, ValueError) as err:
+        raise PipelineError(f"{path}: datasets: {err}") from None
     for index, run_spec in enumerate(config.eval.e2e):
         try:
             loop_flags(run_spec.loop)
@@ -340,7 +349,8 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     return [
         Stage("collect", collect, [], [run / "collect"], concurrent=True, resume=_with_resume(collect)),
         Stage("datasets", [["heart", "datasets", "build", str(run / "collect"), "--out", str(run / "datasets"),
-                            "--overwrite"]], [run / "collect" / "traces"], [run / "datasets"]),
+                            *build_flags(config.datasets), "--overwrite"]],
+              [run / "collect" / "traces"], [run / "datasets"]),
         Stage("train", train, [run / "datasets", *recipe_files, *_model_manifest(config.model)], [run / "adapters"],
               resume=lambda: _unfinished_roles(train, t.roles, run / "adapters")),
         # no outputs to remove: the library keeps every earlier admission and its history

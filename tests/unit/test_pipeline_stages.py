@@ -234,6 +234,8 @@ def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     ({"collect": {"student": "runs/nowhere", "student_rate": 0.5}}, "collect.student must be 'base' or an adapters"),
     ({"collect": {"student_rate": 1.5, "student": "base"}}, "'collect.student_rate'"),
     ({"collect": {"router_mode": "step"}}, "collect.router_mode is now a setting of the recipe's loop: section"),
+    ({"datasets": {"verifier_balanse": 2.0}}, "datasets: not build options: verifier_balanse"),
+    ({"datasets": {"verifier_balance": 0.5}}, "datasets: verifier_balance must be >= 1.0"),
     ({"loop": {"planner_form": "essay"}}, "loop: planner_form must be 'plan' or 'subgoals'"),
     ({"collect": {"bfcl_categories": ["parallel_multi"]}}, "'collect.bfcl_categories.0'"),
 ])
@@ -409,6 +411,17 @@ def test_a_library_stage_needs_an_engine_the_library_validates_with(recipe):
         load_pipeline(recipe)
 
 
+def test_the_datasets_section_reaches_heart_datasets_build_as_flags(tmp_path):
+    recipe = tmp_path / "pipeline.yaml"
+    recipe.write_text(yaml.safe_dump({"run_dir": str(tmp_path / "run"),
+                                      "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml")},
+                                      "datasets": {"verifier_balance": 2.0, "relevance_balance": None, "seed": 3}}))
+    config, folder = load_pipeline(recipe)
+    (command,) = next(s for s in pipeline.stages(config, folder) if s.name == "datasets").commands
+    assert command[command.index("--verifier-balance") + 1] == "2.0" and "--relevance-balance" not in command
+    assert command[command.index("--seed") + 1] == "3"
+
+
 def test_the_recipes_loop_section_reaches_every_stage_that_runs_episodes(tmp_path):
     """One declaration of the Router's mode and the Planner's form: both collections take the
     loop's policy settings (the datasets learn those modes), every end-to-end run all of them,
@@ -430,6 +443,7 @@ def test_the_recipes_loop_section_reaches_every_stage_that_runs_episodes(tmp_pat
     assert [c[c.index("--category") + 1] if "--category" in c else c[c.index("--env") + 1]
             for c in by_name["collect"].commands] == ["bfcl", "parallel", "agentdojo"]
     assert "parallel_multiple" in by_name["collect_test"].commands[0]
+    assert "--verifier-balance" not in by_name["datasets"].commands[0]  # the default: no flag
     (e2e_command,) = by_name["eval_e2e"].commands
     assert e2e_command[e2e_command.index("--max-plan-steps") + 1] == "3"  # the run's own loop over the recipe's
     assert e2e_command[e2e_command.index("--planner-form") + 1] == "subgoals"
