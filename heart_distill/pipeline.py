@@ -124,6 +124,10 @@ class TrainConfig:
 class E2ERun:
     env: Env = "bfcl"
     """Environment whose test split is run end to end."""
+    category: BFCLCategory | None = None
+    """BFCL's category (None: multi_turn_base)."""
+    concurrency: Annotated[int, Field(gt=0)] | None = None
+    """Episodes in flight per side (None: the engine's default, ``eval.e2e.EPISODES_IN_FLIGHT``)."""
     limit: Annotated[int, Field(ge=0)] = 2
     """Test tasks run end to end, per side (base and distilled; 0 = the whole test split)."""
     loop: dict[str, Any] = field(default_factory=dict)
@@ -131,7 +135,7 @@ class E2ERun:
     (``{max_plan_steps: 4, router_mode: step}``), over the loop's defaults; passed to
     `heart eval e2e` as the flags they derive (:func:`heart_distill.arguments.loop_flags`)."""
     args: list[str] = field(default_factory=list)
-    """Extra arguments for `heart eval e2e` that are not loop settings (e.g. --category multi_turn_base)."""
+    """Other arguments for `heart eval e2e` (``--max-new-tokens 256``)."""
     name: str = ""
     """Suffix of its result folders (eval/e2e-NAME-base, eval/e2e-NAME-distilled); default: none
     for the first run, the environment's name for the others."""
@@ -246,6 +250,8 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
     except (TypeError, ValueError) as err:
         raise PipelineError(f"{path}: datasets: {err}") from None
     for index, run_spec in enumerate(config.eval.e2e):
+        if run_spec.category is not None and run_spec.env != "bfcl":
+            raise PipelineError(f"{path}: eval.e2e.{index}.category applies to bfcl only, not {run_spec.env!r}")
         try:
             loop_flags(run_spec.loop)
         except (TypeError, ValueError) as err:
@@ -329,8 +335,10 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
         name = run_spec.name or ("" if index == 0 else run_spec.env)
         folder = run / "eval" / ("e2e-" + name + "-" if name else "e2e-")
         limit_e2e = ["--limit", str(run_spec.limit)] if run_spec.limit else []
+        typed = [*(["--category", run_spec.category] if run_spec.category else []),
+                 *(["--concurrency", str(run_spec.concurrency)] if run_spec.concurrency else [])]
         eval_e2e.append(["heart", "eval", "e2e", "--env", run_spec.env, "--split", "test", "--roles",
-                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *run_spec.args,
+                         str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *typed, *run_spec.args,
                          *loop_flags({**config.loop, **run_spec.loop}), *executor,
                          "--out", f"{folder}distilled", "--base-out", f"{folder}base"])
     e2e_outputs = [Path(command[-3]) for command in eval_e2e] + [Path(command[-1]) for command in eval_e2e]
