@@ -163,7 +163,6 @@ def chunk_commands(config: BenchConfig, chunk: Chunk, resume: bool) -> list[list
 def chunk_key(config: BenchConfig, chunk: Chunk) -> str:
     """What decides a chunk's episodes: its commands (without --resume), the adapters' bytes
     (manifests and weights) and the formats and splits versions."""
-
     adapters = sorted({a.roles for a in config.arms if Path(a.roles).is_dir()})
     payload = json.dumps({"commands": chunk_commands(config, chunk, resume=False), "formats": FORMATS_VERSION,
                           "splits": SPLITS_VERSION,
@@ -204,10 +203,10 @@ FAILURE_POINTS = ("planner_unparsed", "plan_tools", "plan_length", "router_unpar
 """Where a failed episode broke, the first of these in the loop's order that its trace shows:
 a Planner answer that did not parse; a first plan of a turn whose tools are not the turn's
 gold tools (one missing, or one not needed); one with the right tools but another number of
-steps; a Router answer that did not
-parse; a Primitive FAILURE; every turn ended with the Verifier's PASS although the checker
-failed the episode (a wrong PASS); a turn that spent the whole re-plan budget; else
-``other`` (wrong argument values the Verifier did not catch, or a turn left unfinished)."""
+steps; a Router answer that did not parse; a Primitive FAILURE; every turn ended with the
+Verifier's PASS although the checker failed the episode (a wrong PASS); a turn that spent the
+whole re-plan budget; else ``other`` (wrong argument values the Verifier did not catch, or a
+turn left unfinished)."""
 
 
 def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns: list[list[Any]],
