@@ -362,7 +362,7 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
               "| condition | arm | failed | " + " | ".join(FAILURE_POINTS) + " |",
               "|---|---|---:|" + "---:|" * len(FAILURE_POINTS)]
     for c in report["conditions"]:
-        for a in arms:
+        for a in arms if c["tasks_so_far"] else []:  # conditions with no chunk yet: no rows
             broke = c["arms"][a]["failure_points"]
             lines.append(f"| {c['name']} | {a} | {sum(broke.values())} | "
                          + " | ".join(str(broke[p]) for p in FAILURE_POINTS) + " |")
@@ -414,6 +414,7 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
             write_report(config, chunks, full_argv or ["eval", "bench", *argv])
             return 1
         ran += 1
+        write_report(config, chunks, full_argv or ["eval", "bench", *argv])  # after every chunk
         print(f"bench: {chunk.folder} done in {wall_s / 60:.1f} min", flush=True)
     left = sum(chunk_state(config, c) != "done" for c in chunks)
     path = write_report(config, chunks, full_argv or ["eval", "bench", *argv])
