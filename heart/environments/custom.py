@@ -135,6 +135,8 @@ def python_tools(spec: str | Path) -> list[Tool]:
     functions.sort(key=lambda fn: fn.__code__.co_firstlineno)
     if not functions:
         raise ToolRegistrationError(f"{spec}: no public function to make a tool of")
+    # the ToolFace category the Planner sees: the module's own name (a file's stem)
+    category = Path(spec).stem if str(spec).endswith(".py") else str(spec).rpartition(".")[2]
     tools = []
     for fn in functions:
         unsupported = [p.name for p in inspect.signature(fn).parameters.values()
@@ -149,7 +151,7 @@ def python_tools(spec: str | Path) -> list[Tool]:
                                         "(every parameter needs a type hint and a line under 'Args:' in "
                                         "its docstring)") from None
         tools.append(Tool(ToolSpec(schema["name"], schema.get("description", ""), schema["parameters"],
-                                   category=module.__name__.rpartition(".")[2]), fn))
+                                   category=category), fn))
     return tools
 
 

@@ -53,6 +53,7 @@ def test_a_malformed_tasks_file_is_refused_naming_the_line_and_field(tmp_path, l
 def test_typed_functions_become_tools_and_an_unsupported_signature_is_refused(tmp_path):
     tools = {t.name: t for t in python_tools(TOOLS)}
     assert list(tools) == ["get_weather", "convert_currency"]  # definition order, public functions only
+    assert {t.spec.category for t in tools.values()} == {"custom_tools"}  # the module's own name
     assert tools["get_weather"].spec.parameters["required"] == ["city"]
     assert tools["convert_currency"].spec.parameters["properties"]["amount"]["type"] == "number"
     bad = tmp_path / "bad_tools.py"
