@@ -42,7 +42,6 @@ from heart.settings import POLICY
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.arguments import loop_flags
-from heart_distill.data.build import build_flags
 from heart_distill.recipes import RecipeError, Role, load_roles, read_yaml, validate_sections
 from heart_distill.library_cli import ENGINE_CHOICES as LIBRARY_ENGINES
 
@@ -245,6 +244,8 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
         loop_flags(config.loop)
     except (TypeError, ValueError) as err:
         raise PipelineError(f"{path}: loop: {err}") from None
+    from heart_distill.data.build import build_flags  # (the CLI's parser imports this module, not data/)
+
     try:
         build_flags(config.datasets)
     except (TypeError, ValueError) as err:
@@ -299,6 +300,8 @@ def _collections(envs: list[str], bfcl_categories: list[str]) -> list[tuple[str,
 
 
 def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
+    from heart_distill.data.build import build_flags
+
     run = Path(config.run_dir)
     c, h, t, e = config.collect, config.heldout, config.train, config.eval
     faults = ["--fault-rate", str(c.fault_rate)] if c.fault_rate else []  # a gold-teacher option only

@@ -248,7 +248,7 @@ def test_heart_serve_builds_its_backend_with_backend_for(loads, monkeypatch):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: None)
     args = argparse.Namespace(host="127.0.0.1", port=8000, model="hf:tiny-qwen3", adapters={"planner": "p"},
                               engine="peft", quantize="int8", max_batch_size=4, max_prompt_tokens=100,
-                              max_new_tokens=10)
+                              max_new_tokens=10, api_key=None)
     assert serve(args) == 0
     assert (loads[-1].model, loads[-1].adapters, loads[-1].max_batch_size, loads[-1].options) == (
         "tiny-qwen3", {"planner": "p"}, 4, {"quantize": "int8"})
