@@ -23,6 +23,7 @@ tasks, and each chunk's wall time.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import shutil
@@ -166,8 +167,14 @@ def chunk_key(config: BenchConfig, chunk: Chunk) -> str:
     adapters = sorted({a.roles for a in config.arms if Path(a.roles).is_dir()})
     payload = json.dumps({"commands": chunk_commands(config, chunk, resume=False), "formats": FORMATS_VERSION,
                           "splits": SPLITS_VERSION,
-                          "adapters": {path: fingerprint([Path(path)]) for path in adapters}}, sort_keys=True)
+                          "adapters": {path: _adapter_fingerprint(path) for path in adapters}}, sort_keys=True)
     return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter_fingerprint(path: str) -> str:
+    """An adapters folder's content hash, read once per process: every chunk's key names it."""
+    return fingerprint([Path(path)])
 
 
 def chunk_state(config: BenchConfig, chunk: Chunk) -> str:
@@ -239,10 +246,9 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
     return "other"
 
 
-def failure_points(folder: Path, condition: Condition, replan_budget: int) -> dict[str, int]:
-    """Counts of :data:`FAILURE_POINTS` over the failed scored episodes of an arm's folder."""
-    from heart.environments import load_environment
-
+def failure_points(folder: Path, environment: Any, replan_budget: int) -> dict[str, int]:
+    """Counts of :data:`FAILURE_POINTS` over the failed scored episodes of an arm's folder
+    (``environment``: the condition's, for the gold calls of its tasks)."""
     from heart_distill.eval.e2e_folder import TRACE
 
     failed = {t: r for t, r in _episodes(folder).items() if not r["success"]}
@@ -255,7 +261,6 @@ def failure_points(folder: Path, condition: Condition, replan_budget: int) -> di
         event = json.loads(line) if line.strip() else None
         if event and event.get("task_id") in failed:
             events.setdefault(event["task_id"], []).append(event)
-    environment = load_environment(condition.env, condition.category)
     for task_id, row in failed.items():
         counts[failure_point(events.get(task_id, []), row, environment.load_task(task_id).gold, replan_budget)] += 1
     return counts
@@ -276,6 +281,7 @@ def _estimate(values: list[float], seed: int = 0) -> dict[str, Any]:
 
 def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
     """Figures from every finished chunk so far (see the module docstring)."""
+    from heart.environments import load_environment
     from heart.settings import LoopConfig
 
     base = next((a for a in config.arms if a.roles == "base"), None)
@@ -285,12 +291,13 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
         mine = [c for c in chunks if c.condition is condition]
         done = [c for c in mine if (c.folder / STAMP).is_file()]
         stamps = [json.loads((c.folder / STAMP).read_text()) for c in done]
+        environment = load_environment(condition.env, condition.category) if done else None  # once per condition
         arms = {}
         for arm in config.arms:
             episodes = {t: r for c in done for t, r in _episodes(c.arm_folder(arm)).items()}
             broke: dict[str, int] = dict.fromkeys(FAILURE_POINTS, 0)
             for c in done:
-                for point, n in failure_points(c.arm_folder(arm), condition, budget).items():
+                for point, n in failure_points(c.arm_folder(arm), environment, budget).items():
                     broke[point] += n
             turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
             arms[arm.name] = {"tasks": len(episodes),

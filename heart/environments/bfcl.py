@@ -356,21 +356,27 @@ class BFCLSession(LoggedSession):
         (BFCL runs a turn's steps in order on the same instances)."""
         return [[[_call_string(call)] for call in turn] for turn in self._log.calls]
 
+    def _check(self, decoded: list, gold: list) -> dict[str, Any]:
+        """BFCL's ``multi_turn_checker`` on ``decoded`` against ``gold`` (a checker crash is a
+        failed episode, not a crash). The checker caches backend instances in its module
+        globals under the model name and entry id: a fresh name per call keeps episodes of
+        the same task apart, and its entries are dropped after (else every call leaks two states)."""
+        model_name = f"heart_{uuid.uuid4().hex}"
+        try:
+            return multi_turn_checker(decoded, gold, self._entry, self.env.category, model_name)
+        except Exception as e:  # a malformed episode is a failed episode, not a crash
+            return {"valid": False, "error_type": f"checker_exception:{type(e).__name__}", "error_message": str(e)}
+        finally:
+            for key in [k for k in vars(multi_turn_utils) if k.startswith(model_name)]:
+                del vars(multi_turn_utils)[key]
+
     def _turns_passed(self, decoded: list, gold: list, upto: int) -> int:
         """How many turns, from the first and at most ``upto``, BFCL's checker accepts before
         the first it fails: the checker run on the first k turns for k = 1, 2, ... (it checks
         state and responses turn by turn, in its own order, and stops at the first failure).
         A measure that moves before whole multi-turn tasks do."""
         for k in range(1, upto + 1):
-            model_name = f"heart_{uuid.uuid4().hex}"
-            try:
-                valid = multi_turn_checker(decoded[:k], gold[:k], self._entry, self.env.category, model_name)["valid"]
-            except Exception:  # a malformed turn fails, as in score()
-                valid = False
-            finally:
-                for key in [key for key in vars(multi_turn_utils) if key.startswith(model_name)]:
-                    del vars(multi_turn_utils)[key]
-            if not valid:
+            if not self._check(decoded[:k], gold[:k])["valid"]:
                 return k - 1
         return upto
 
@@ -386,17 +392,7 @@ class BFCLSession(LoggedSession):
                 "clarifications": clarifications, "turns": len(gold),
                 "turns_passed": self._turns_passed(decoded, gold, self._log.turns_started),
             })
-        # The checker caches backend instances in its module globals under the model name
-        # and entry id: a fresh name per scoring call keeps episodes of the same task apart.
-        model_name = f"heart_{uuid.uuid4().hex}"
-        try:
-            result = multi_turn_checker(decoded, gold, self._entry, self.env.category, model_name)
-        except Exception as e:  # a malformed episode is a failed episode, not a crash
-            result = {"valid": False, "error_type": f"checker_exception:{type(e).__name__}",
-                      "error_message": str(e)}
-        finally:
-            for key in [k for k in vars(multi_turn_utils) if k.startswith(model_name)]:
-                del vars(multi_turn_utils)[key]  # else every scoring call leaks two states
+        result = self._check(decoded, gold)
         irrelevance = multi_turn_irrelevance_checker(decoded, gold)
         details: dict[str, Any] = {"irrelevance_valid": irrelevance["valid"], "clarifications": clarifications,
                                    "turns": len(gold),
