@@ -57,7 +57,7 @@ def measure(args: argparse.Namespace) -> int:
     from agentdojo.attacks.attack_registry import load_attack
     from heart.progress import progress_bar
 
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.traces import TraceWriter, read_trace

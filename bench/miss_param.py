@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
 from heart.environments.bfcl import BFCLEnvironment  # noqa: E402
 from heart.episode import run_episode  # noqa: E402
 from heart.roles.common import render_answer, role_input  # noqa: E402
-from heart.runtime.scripted import GoldTeacher  # noqa: E402
+from heart_distill.data.gold_teacher import GoldTeacher  # noqa: E402
 from heart_distill.eval.metrics import clarification_figures  # noqa: E402
 from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
 from heart_distill.eval.stats import bootstrap  # noqa: E402

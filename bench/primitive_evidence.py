@@ -27,7 +27,7 @@ from heart.environments import load_environment  # noqa: E402
 from heart.episode import run_episode  # noqa: E402
 from heart.roles import primitive_messages  # noqa: E402
 from heart.roles.common import role_input  # noqa: E402
-from heart.runtime.scripted import GoldTeacher  # noqa: E402
+from heart_distill.data.gold_teacher import GoldTeacher  # noqa: E402
 from heart.traces import TraceWriter, read_trace  # noqa: E402
 from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
 

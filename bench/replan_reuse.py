@@ -29,7 +29,7 @@ import heart.loop  # noqa: E402  (after the path insert)
 from heart.environments import load_environment  # noqa: E402
 from heart.episode import run_episode  # noqa: E402
 from heart.ledger import COUNTERS, TurnLedger, audit_trace  # noqa: E402
-from heart.runtime.scripted import GoldTeacher  # noqa: E402
+from heart_distill.data.gold_teacher import GoldTeacher  # noqa: E402
 from heart.traces import TraceWriter, read_trace  # noqa: E402
 from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
 

@@ -31,7 +31,7 @@ from heart.environments.splits import split_of  # noqa: E402
 from heart.episode import run_episode  # noqa: E402
 from heart.families import CODE_PRIMITIVE  # noqa: E402
 from heart.loop import LoopConfig  # noqa: E402
-from heart.runtime.scripted import GoldTeacher  # noqa: E402
+from heart_distill.data.gold_teacher import GoldTeacher  # noqa: E402
 from heart.validation import CUT_MARKER, shapes_document  # noqa: E402
 from heart_distill.eval.provenance import stamp, write_stamped_json  # noqa: E402
 

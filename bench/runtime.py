@@ -71,7 +71,7 @@ def harvest_requests(calls: int, new_tokens: int | None):
     """
     from transformers import AutoTokenizer
 
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.models import prepare_smollm2

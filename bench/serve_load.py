@@ -58,7 +58,7 @@ def free_port() -> int:
 
 def role_inputs(tasks: int) -> dict[str, list[list[dict]]]:
     """Each role's input messages from gold-teacher episodes of ``tasks`` BFCL train tasks."""
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart_distill.eval.e2e import EpisodeEvents
     from heart.environments import load_environment
     from heart.episode import run_episode

@@ -436,7 +436,7 @@ def forced_turn(env, task, turn: int, query: str, kind: str, backend, config, sa
             raise Decided  # the crafted step's Primitive returned: executed or not, it is known
 
     loop = HeartLoop(RoleClient(backend, context, events, sampling), forced, lambda q: "no more details",
-                     config, observe, state=getattr(session, "state", None))
+                     config, observe, state=session.state)
     error = None
     with contained_tool_calls():
         try:
@@ -446,9 +446,7 @@ def forced_turn(env, task, turn: int, query: str, kind: str, backend, config, sa
             pass
         except Exception as err:  # a backend failure or a bug: counted apart, not as the model's doing
             error = f"{type(err).__name__}: {err}"[:300]
-    close = getattr(session, "close", None)
-    if close is not None:
-        close()
+    session.close()
     planner = next((r for r in events.rows if r["role"] == "planner"), None)
     crafted_events = [r for r in events.rows if r["role"] == "primitive"
                       and (r.get("extra", {}).get("envelope") or {}).get("tool") == spec.name]

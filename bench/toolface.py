@@ -202,7 +202,7 @@ def print_sessions(results: dict[str, dict]) -> None:
 
 
 def measure_loop(env_name: str, limit: int | None, n_boot: int) -> dict:
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart_distill.eval.e2e import EpisodeEvents
     from heart.episode import run_episode
 
@@ -317,7 +317,7 @@ class OracleJudge:
         self.teacher = None
 
     def use(self, task, catalog) -> None:
-        from heart.runtime.scripted import GoldTeacher
+        from heart_distill.data.gold_teacher import GoldTeacher
 
         self.teacher = GoldTeacher(task, catalog)
 

@@ -32,7 +32,7 @@ OUT = Path(__file__).resolve().parents[1] / "runs" / "bench" / "verify_modes.txt
 
 
 def run_variant(environment, task_ids, verify: str, fault_rate: float, seeds: list[int], trace_path: Path):
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart.episode import run_episode
     from heart.loop import LoopConfig
     from heart.traces import TraceWriter, read_trace

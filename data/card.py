@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from heart.runtime.scripted import NATURAL
+from heart_distill.data.gold_teacher import NATURAL
 from heart_distill.data.filters import RULES
 
 Messages = list[dict[str, str]]
@@ -176,6 +176,24 @@ def render_card(role: str, role_report: dict[str, Any], context: dict[str, Any])
                   "| split | applies | does not apply |", "|---|---:|---:|"]
         for split, counts in role_report["relevance"].items():
             lines.append(f"| {split} | {counts['applies']} | {counts['does_not_apply']} |")
+    episodes = context.get("episodes", {})
+    lines += [
+        "",
+        "## Episodes and the teacher's answers",
+        "",
+        f"Episodes recorded: {episodes.get('records', 0)}, of which valid by the environment's checker: "
+        f"{episodes.get('successful', 0)}; errored (infrastructure, nothing verified): {episodes.get('errored', 0)}; "
+        f"killed before their record: {episodes.get('without_record', 0)}. Only calls of checker-valid "
+        "episodes can train (`episode_not_successful` below).",
+        "",
+        f"Rows verified by the environment's checker: {role_report.get('verified_by', {}).get('checker', 0)}; "
+        f"by the teacher's own Verifier (tasks without expected calls, column `verified_by`: `teacher`; "
+        f"{episodes.get('teacher_verified', 0)} such episodes): {role_report.get('verified_by', {}).get('teacher', 0)}.",
+        "",
+        f"{role} answers read: {role_report['events_read']}; answers that did not parse: "
+        f"{role_report.get('unparsed', 0)} (counted whatever later drops them; those in valid episodes "
+        "are `unparsed_output` below).",
+    ]
     lines += [
         "",
         "## Filters",

@@ -1,9 +1,10 @@
 """Teachers: backends that answer every role well enough to learn from, built per episode.
 
 A teacher string names one (``heart collect --teacher``, :func:`heart.runtime.openai_compat.parse_teacher_spec`);
-:func:`heart.runtime.backends.backend_for` builds it, as it builds every command's backend:
+:func:`heart.runtime.backends.backend_for` builds it, as it builds every command's backend,
+except the gold teacher, which this side builds (:mod:`heart_distill.data.gold_teacher`):
 
-- ``gold`` — the gold-guided teacher, :class:`heart.runtime.scripted.GoldTeacher`: it answers
+- ``gold`` — the gold-guided teacher, :class:`heart_distill.data.gold_teacher.GoldTeacher`: it answers
   from the task's gold calls, with optional fault injection (``--fault-rate``) so the traces
   hold real failures, real Verifier FAILs and real recoveries; one is built per episode;
 - ``openai:<url>#<model>`` — any chat-completions endpoint (:mod:`heart.runtime.openai_compat`);
@@ -15,7 +16,7 @@ A teacher is a backend like any other, so collection runs the very loop inferenc
 The gold teacher can take a **student** (``--student base|ADAPTERS``, ``--student-rate``): a
 model, served once for every episode, whose Primitive answers at some steps replace the gold
 ones, so the traces hold that model's real mistakes, executed and judged (natural faults,
-:class:`heart.runtime.scripted.GoldTeacher`).
+:class:`heart_distill.data.gold_teacher.GoldTeacher`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import contextlib
 
 from heart.runtime.backends import backend_for
 from heart.runtime.openai_compat import parse_teacher_spec
-from heart.runtime.scripted import GoldTeacher, gold_teacher_name
+from heart_distill.data.gold_teacher import GoldTeacher, gold_teacher_name
 
 
 class TeacherFactory:
@@ -78,8 +79,7 @@ class TeacherFactory:
             student = {} if self._student is None else {
                 "student": self._student, "student_rate": self.student_rate, "student_short": self.student_short,
                 "student_name": self.student_name}
-            return backend_for("gold", task=task, tools=self.environment.catalog(), fault_rate=self.fault_rate,
-                               seed=seed, **student)
+            return GoldTeacher(task, self.environment.catalog(), fault_rate=self.fault_rate, seed=seed, **student)
         return self._shared
 
 

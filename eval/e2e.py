@@ -185,7 +185,7 @@ def harness_fields(path: str | None) -> dict[str, Any]:
 
 
 def gold_teacher(task, environment, seed: int) -> Backend:
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
 
     return GoldTeacher(task, environment.catalog(), seed=seed)
 

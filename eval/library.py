@@ -21,7 +21,7 @@ change an atomic swap of the whole folder (:func:`heart.library.updating`).
   schemas), a description ToolFace indexes, and its support.
 - **validate** runs the gate (dev) split twice per (task, seed), paired: with the library
   as admitted, and with the library plus the candidate. The gold teacher
-  (:class:`heart.runtime.scripted.GoldTeacher`) plans a run of gold calls that a shown
+  (:class:`heart_distill.data.gold_teacher.GoldTeacher`) plans a run of gold calls that a shown
   composite's chain makes as one call of the composite; a model plans with whatever
   ToolFace shows it. Per task: end-to-end success (the benchmark's checker), role calls and
   tokens. The **decision signal** is end-to-end success when any paired task differs in
@@ -306,7 +306,7 @@ def run_side(environment, composites: Sequence[Composite], task_ids: Sequence[st
     plus ``composite_calls`` (calls of each composite that ran)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart_distill.eval.e2e import E2EConfig, run_one
     from heart_distill.eval.models import resolve_role_models
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from heart.runtime.scripted import NATURAL
+from heart_distill.data.gold_teacher import NATURAL
 from heart_distill.eval.formats import CRITERIA, PRIORITIES
 from heart_distill.eval.stats import Estimate, bootstrap, micro_prf, ratio
 

@@ -300,7 +300,7 @@ def session_toolface(environment: Environment, session: EnvironmentSession, tool
     for every tool; hashes are still checked before execution)."""
     from heart.provenance import session_provenance
 
-    source = getattr(environment, "toolface_source", None) or environment
+    source = environment.toolface_source
     config = config or retrieval_config(source)
     every = tool_statistics(source, split)
     statistics = every.without(session.task.task_id)

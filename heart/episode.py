@@ -67,7 +67,7 @@ def run_episode(
     # a session that exposes its state (AgentDojo, BFCL) gets state-change checks after its
     # state-changing calls (heart.validation); others (MCP servers) do not
     loop = HeartLoop(RoleClient(backend, context, trace, sampling), toolface,
-                     ask_user or session.clarify, config, observe, state=getattr(session, "state", None))
+                     ask_user or session.clarify, config, observe, state=session.state)
 
     conversation: list[dict[str, str]] = []
     turns: list[TurnResult] = []
@@ -75,7 +75,7 @@ def run_episode(
     with contained_tool_calls() as containment:
         try:
             for turn, query in enumerate(task.turns):
-                if turn in getattr(session, "answered_turns", ()):  # the user gave it as a clarification's
+                if turn in session.answered_turns:  # the user gave it as a clarification's
                     continue  # answer in the turn before (BFCL miss_param): it ran there
                 context.turn = turn
                 session.start_turn(turn)
@@ -96,9 +96,8 @@ def run_episode(
             error = f"tool: {containment.abandoned}"
         # A session whose tools' infrastructure failed (an MCP server that died, hung or
         # answered garbage: heart.environments.mcp) says why; its episode proves nothing.
-        broken = getattr(session, "infrastructure_failure", None)
-        if error is None and broken:
-            error = f"tool: {broken}"
+        if error is None and session.infrastructure_failure:
+            error = f"tool: {session.infrastructure_failure}"
 
     score = None
     if error is None:
@@ -106,12 +105,10 @@ def run_episode(
             score = session.score()
         except Exception as err:
             error = f"checker: {type(err).__name__}: {err}"
-    close = getattr(session, "close", None)  # a session holding a connection or a process (MCP)
-    if close is not None:
-        try:
-            close()
-        except Exception:  # the episode is over and scored: a failed close changes nothing
-            pass
+    try:
+        session.close()  # a session holding a connection or a process (MCP)
+    except Exception:  # the episode is over and scored: a failed close changes nothing
+        pass
     record = EpisodeRecord(
         episode_id=context.episode_id,
         task_id=task.task_id,

@@ -39,12 +39,12 @@ import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import AbstractSet, Any, Iterator, Sequence
 
 import jsonschema
 
 from heart.atomic import locked, publish_text, staged_dir
-from heart.environments.base import Task, ToolCall
+from heart.environments.base import Task, ToolCall, ToolDocuments
 from heart.primitives import REFERENCE, BindingError, Envelope, execute, resolve_references
 from heart.toolface import Tool, ToolSpec
 
@@ -245,18 +245,20 @@ class LibrarySession:
         return self.inner.score()
 
     @property
-    def infrastructure_failure(self) -> str | None:
-        return getattr(self.inner, "infrastructure_failure", None)
+    def state(self):
+        return self.inner.state
 
     @property
-    def answered_turns(self) -> set[int]:
+    def infrastructure_failure(self) -> str | None:
+        return self.inner.infrastructure_failure
+
+    @property
+    def answered_turns(self) -> AbstractSet[int]:
         """The inner session's turns given as a clarification's answer (BFCL miss_param)."""
-        return getattr(self.inner, "answered_turns", set())
+        return self.inner.answered_turns
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        self.inner.close()
 
 
 class LibraryEnvironment:
@@ -273,7 +275,7 @@ class LibraryEnvironment:
         self.inner = environment
         self.name = environment.name
         self.composites = list(composites)
-        self.toolface_source = getattr(environment, "toolface_source", None) or environment
+        self.toolface_source = environment.toolface_source
 
     def task_ids(self, split: str | None = None) -> list[str]:
         return self.inner.task_ids(split)
@@ -286,6 +288,11 @@ class LibraryEnvironment:
 
     def start(self, task: Task) -> LibrarySession:
         return LibrarySession(self.inner.start(task), self.composites)
+
+    def documents(self, session: LibrarySession | None) -> list[ToolDocuments]:
+        """The composites, then what the inner environment vouches for in the inner session."""
+        composites = [ToolDocuments("library", c.name, [c.spec]) for c in self.composites]
+        return composites + self.inner.documents(session.inner if session is not None else None)
 
 
 # -- the library folder -------------------------------------------------------------------

@@ -352,12 +352,10 @@ class _NoLock:
 
 
 def _close(session) -> None:
-    close = getattr(session, "close", None)
-    if close is not None:
-        try:
-            close()
-        except Exception:
-            pass
+    try:
+        session.close()
+    except Exception:  # a session that fails to close holds nothing we can still release
+        pass
 
 
 def _unique(specs):

@@ -3,7 +3,9 @@
 ToolHijacker's attack at the tool-selection stage is a crafted tool document that lands in
 the registry like any other and is then retrieved and selected. Every episode's ToolFace
 (:func:`heart.catalog.session_toolface`) is therefore built with a :class:`Provenance`: the
-documents it may index, each with where it comes from —
+documents it may index, each with where it comes from. The environment says what it vouches
+for (:meth:`heart.environments.base.Environment.documents`); this module never asks which
+class it is —
 
 - ``catalog``: the environment's own documents — its ``catalog()`` and the tools its
   ``start`` gave the episode's session (BFCL's classes, AgentDojo's suite, a single-turn
@@ -42,9 +44,10 @@ import json
 import logging
 import threading
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-if TYPE_CHECKING:  # heart.toolface imports this module
+if TYPE_CHECKING:  # heart.toolface imports this module, and heart.environments.base heart.toolface
+    from heart.environments.base import Environment, EnvironmentSession
     from heart.toolface import Tool, ToolSpec
 
 PROVENANCE_VIOLATION = "PROVENANCE_VIOLATION"
@@ -196,7 +199,7 @@ def changed_since_registration(tool: "Tool") -> str | None:
     """Why ``tool`` must not run — its document's hash is no longer the one registered —
     or None (also for a tool no ToolFace registered: the Code primitive, a composite's inner
     calls). Counts and logs a refusal."""
-    registration = getattr(tool, "registration", None)
+    registration = tool.registration
     if registration is None:
         return None
     now = document_hash(tool.spec)
@@ -215,7 +218,7 @@ def unregistered(tool: "Tool") -> str | None:
     reached a step without passing registration (defence in depth behind the registry) — or
     None. Every tool a loop's ToolFace hands out carries a registration; the Code primitive
     runs in the sandbox, not through here. Counts and logs a refusal."""
-    if getattr(tool, "registration", None) is not None:
+    if tool.registration is not None:
         return None
     count("refused_at_execution")
     reason = (f"not run: tool {tool.name!r} was never registered by this episode's ToolFace (sha256 "
@@ -227,7 +230,7 @@ def unregistered(tool: "Tool") -> str | None:
 
 # -- the sources of an episode's ToolFace --------------------------------------------------
 
-def session_provenance(environment: Any, session: Any, trusted: Iterable["ToolSpec"] = (),
+def session_provenance(environment: "Environment", session: "EnvironmentSession | None", trusted: Iterable["ToolSpec"] = (),
                        more: Iterable[tuple[str, Callable[[], Documents]]] = ()) -> Provenance:
     """The sources of the ToolFace an episode of ``session`` plans with (see the module
     docstring): the environment's documents (a library's composites, an MCP server's
@@ -242,29 +245,13 @@ def session_provenance(environment: Any, session: Any, trusted: Iterable["ToolSp
     return provenance
 
 
-def _environment_documents(provenance: Provenance, environment: Any, session: Any) -> None:
-    from heart.library import LibraryEnvironment
-
-    if isinstance(environment, LibraryEnvironment):
-        for composite in environment.composites:
-            provenance.add(composite.spec, "library", composite.name)
-        _environment_documents(provenance, environment.inner, getattr(session, "inner", None))
-        return
-    from heart.environments.mcp import MCPEnvironment, tool_spec
-
-    name = getattr(environment, "name", type(environment).__name__)
-    if isinstance(environment, MCPEnvironment):
-        client = getattr(session, "client", None)
-        if client is not None:  # what the server listed over this session's connection
-            server = client.server_name or name
-            for tool in client.tools:
-                provenance.add(tool_spec(tool), "mcp", f"server {server}")
-        else:
-            provenance.add_lazy(f"mcp server of {name}",
-                                lambda: [(s, "mcp", f"server of {name}") for s in environment.catalog()])
-        return
-    for tool in getattr(session, "tools", None) or ():
-        provenance.add(tool.spec, "catalog", name)
-    catalog = getattr(environment, "catalog", None)
-    if catalog is not None:
-        provenance.add_lazy(f"catalog {name}", lambda: [(s, "catalog", name) for s in catalog()])
+def _environment_documents(provenance: Provenance, environment: "Environment",
+                           session: "EnvironmentSession | None") -> None:
+    """What the environment vouches for in ``session`` (:meth:`heart.environments.base.Environment.documents`):
+    documents given now are recorded now, a catalog is read on the first miss."""
+    for documents in environment.documents(session):
+        for spec in documents.specs:
+            provenance.add(spec, documents.source, documents.origin)
+        if documents.load is not None:
+            provenance.add_lazy(f"{documents.source} {documents.origin}",
+                                lambda d=documents: [(spec, d.source, d.origin) for spec in d.load()])

@@ -131,9 +131,11 @@ def _backend(serving: Serving, task=None, environment=None):
     """The loop's backend: the gold teacher of one task (with the library's composites), or the
     model every task shares."""
     args = serving.args
-    if serving.per_task:
+    if serving.per_task:  # `gold`: the gold teacher is data generation, built here (heart/ only names it)
+        from heart_distill.data.gold_teacher import GoldTeacher
+
         library = serving.library
-        return backend_for(args.model, task=task, tools=environment.catalog(), fault_rate=args.fault_rate,
+        return GoldTeacher(task, environment.catalog(), fault_rate=args.fault_rate,
                            composites=library.composites(task.env) if library else ())
     # The library's adapters are for a model loaded here; a server serves its own (and
     # _check_loop_arguments refuses an --adapter beside one).

@@ -14,28 +14,13 @@ from heart.environments.base import (
     ToolCall,
     ToolExecutionError,
 )
+from heart.environments.categories import BFCL_CATEGORIES, BFCL_MULTI_TURN_CATEGORIES, BFCL_SINGLE_TURN_CATEGORIES
 from heart.environments.splits import SPLITS, split_of
 from heart.user_errors import UserError
 
 ENVIRONMENTS = ("bfcl", "agentdojo", "custom")
 """The environments every command can run: two benchmarks, and a user's own tools over a
 tasks file (``custom``: ``--tasks FILE --tools SPEC``, :mod:`heart.environments.custom`)."""
-
-BFCL_MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_long_context", "multi_turn_miss_param")
-"""BFCL categories :class:`~heart.environments.bfcl.BFCLEnvironment` runs as BFCL does.
-miss_param's user withholds a parameter and gives it in the next turn; miss_func (tools
-appear in a later turn) needs per-turn tool sets that the environment does not model."""
-
-BFCL_SINGLE_TURN_CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
-                               "parallel_multiple": "parallel_multiple"}
-"""BFCL single-turn AST categories :class:`~heart.environments.bfcl_ast.BFCLASTEnvironment`
-runs (category name → BFCL test category, file BFCL_v4_<category>.json): ``simple`` and
-``multiple`` hold one call (``multiple``: chosen among similar tools), ``parallel`` several
-calls of one function, ``parallel_multiple`` several functions."""
-
-BFCL_CATEGORIES = BFCL_MULTI_TURN_CATEGORIES + tuple(BFCL_SINGLE_TURN_CATEGORIES)
-"""Every BFCL category a command takes (``--category``); multi_turn_base is the default."""
-
 
 class EnvironmentChoiceError(UserError, ValueError):
     """An environment, category, tasks file or tools option that does not fit the others."""
@@ -62,9 +47,12 @@ def check_custom(env: str, tasks: str | None, tools: str | None) -> None:
 
 def custom_environment(tasks: str, tools: str) -> Environment:
     """The ``custom`` environment of a tasks file over ``tools``: ``mcp:COMMAND ARGS...`` (a stdio
-    MCP server started per episode), an ``http(s)://`` MCP server URL, or a Python module (dotted
-    name or ``.py`` file) whose public typed functions are the tools."""
+    MCP server started per episode; ``python`` as its command is this interpreter, so a server
+    installed beside the toolkit runs without an activated environment), an ``http(s)://`` MCP
+    server URL, or a Python module (dotted name or ``.py`` file) whose public typed functions
+    are the tools."""
     import shlex
+    import sys
 
     from heart.environments.custom import CustomEnvironment, custom_mcp_environment, python_tools
 
@@ -72,6 +60,7 @@ def custom_environment(tasks: str, tools: str) -> Environment:
         from heart.environments.mcp import StdioServer
 
         command, *args = shlex.split(tools[len("mcp:"):])
+        command = sys.executable if command in ("python", "python3") else command
         return custom_mcp_environment(tasks, StdioServer(command, tuple(args)))
     if tools.startswith(("http://", "https://")):
         from heart.environments.mcp import HttpServer

@@ -21,7 +21,7 @@ import types
 from functools import cache, cached_property
 from typing import Any
 
-from heart.environments.base import Computation, EpisodeScore, Task, ToolCall, ToolExecutionError
+from heart.environments.base import CatalogEnvironment, Computation, EpisodeScore, Task, ToolCall, ToolExecutionError
 from heart.environments.calls import EpisodeLog, LoggedSession, jsonable
 from heart.environments.splits import split_of
 from heart.toolface import Tool, ToolSpec
@@ -74,7 +74,7 @@ product, a time span, a time rewritten as HH:MM), which no tool returns: one cod
 written from the task's own PROMPT (what to compute, over which gold call's result; the
 literals are the prompt's: '2022-03', 3 days, 2 people, "lunch with Sarah", Saturday).
 The answer (``GROUND_TRUTH_OUTPUT``) is never read: the values come from the results at
-run time. The gold teacher plans them (:class:`heart.runtime.scripted.GoldTeacher`).
+run time. The gold teacher plans them (:class:`heart_distill.data.gold_teacher.GoldTeacher`).
 A code step reads its inputs in its own plan: when they ran in an earlier attempt of the turn
 (travel/user_task_19's 18 calls take several plans), the teacher's plan lists those calls
 again and the loop keeps their envelopes instead of running them (:mod:`heart.ledger`).
@@ -126,7 +126,7 @@ def _task_number(user_task_id: str) -> int:
     return int(re.fullmatch(r"user_task_(\d+)", user_task_id).group(1))
 
 
-class AgentDojoEnvironment:
+class AgentDojoEnvironment(CatalogEnvironment):
     """AgentDojo's user tasks, each in its suite's benign default environment."""
 
     name = "agentdojo"

@@ -55,8 +55,9 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (  # noqa:
     multi_turn_irrelevance_checker,
 )
 
-from heart.environments import BFCL_MULTI_TURN_CATEGORIES  # noqa: E402
+from heart.environments.categories import BFCL_MULTI_TURN_CATEGORIES  # noqa: E402
 from heart.environments.base import (  # noqa: E402
+    CatalogEnvironment,
     EpisodeScore,
     Task,
     ToolCall,
@@ -153,7 +154,7 @@ def _call_string(call: ToolCall) -> str:
     return f"{call.name}({args})"
 
 
-class BFCLEnvironment:
+class BFCLEnvironment(CatalogEnvironment):
     """BFCL v4 multi-turn tasks over the eight executable backends."""
 
     name = "bfcl"

@@ -24,8 +24,8 @@ from functools import cached_property
 from typing import Any
 
 import heart.environments.bfcl as bfcl  # sets BFCL_PROJECT_ROOT before bfcl_eval is imported
-from heart.environments import BFCL_SINGLE_TURN_CATEGORIES
-from heart.environments.base import EpisodeScore, Task, ToolCall
+from heart.environments.categories import BFCL_SINGLE_TURN_CATEGORIES
+from heart.environments.base import CatalogEnvironment, EpisodeScore, Task, ToolCall
 from heart.environments.calls import EpisodeLog, LoggedSession
 from heart.environments.splits import split_of
 from heart.toolface import Tool, ToolSpec
@@ -62,7 +62,7 @@ def _first_value(options: list[Any]) -> Any:
     return next((o for o in options if o != ""), None)
 
 
-class BFCLASTEnvironment:
+class BFCLASTEnvironment(CatalogEnvironment):
     """One BFCL single-turn AST category."""
 
     name = "bfcl"  # the toolkit's split is keyed by ("bfcl", task id), as for multi-turn

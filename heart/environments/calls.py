@@ -9,7 +9,7 @@ models, datetimes, nested lists) into plain JSON data so traces can store them.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import AbstractSet, Any, Callable
 
 from pydantic import TypeAdapter
 
@@ -51,11 +51,19 @@ class EpisodeLog:
 
 
 class LoggedSession:
-    """The turn bookkeeping both benchmarks' sessions share; subclasses set ``_log`` and
-    ``clarify_answer`` and implement ``tools`` and ``score``."""
+    """The turn bookkeeping every environment's sessions share, and the defaults of
+    :class:`heart.environments.base.EnvironmentSession`'s optional members; subclasses set
+    ``_log`` and ``clarify_answer`` and implement ``tools`` and ``score`` (and ``state`` when
+    they expose it)."""
 
     _log: EpisodeLog
     clarify_answer: str
+    state: Callable[[], Any] | None = None
+    answered_turns: AbstractSet[int] = frozenset()
+    infrastructure_failure: str | None = None
+
+    def close(self) -> None:
+        """Nothing to release: the session holds no connection or process."""
 
     def start_turn(self, turn: int) -> None:
         self._log.start_turn(turn)

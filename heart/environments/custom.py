@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from heart.environments.base import EpisodeScore, Task, ToolCall, ToolExecutionError
+from heart.environments.base import CatalogEnvironment, EpisodeScore, Task, ToolCall, ToolExecutionError
 from heart.environments.calls import EpisodeLog, LoggedSession
 from heart.environments.splits import split_of
 from heart.toolface import Tool, ToolSpec
@@ -248,7 +248,7 @@ class CustomSession(LoggedSession):
         return EpisodeScore(1.0 if valid else 0.0, valid, details)
 
 
-class CustomEnvironment:
+class CustomEnvironment(CatalogEnvironment):
     """A tasks file over a set of tools (see the module docstring). Without ``tools`` its
     sessions record calls without running them (the checker of an MCP environment, whose
     server runs the calls: :func:`custom_mcp_environment`)."""

@@ -47,6 +47,7 @@ from heart.environments.base import (
     EnvironmentSession,
     EpisodeScore,
     Task,
+    ToolDocuments,
     ToolExecutionError,
 )
 from heart.environments.calls import EpisodeLog, LoggedSession, jsonable
@@ -392,10 +393,18 @@ class MCPEnvironment:
         self._lock = threading.Lock()
 
     @property
-    def toolface_source(self) -> Environment | None:
+    def toolface_source(self) -> Environment:
         """The environment whose train-split gold teaches ToolFace (the benchmark's, when its
         tools are the server's); :func:`heart.catalog.session_toolface` reads it."""
-        return self.benchmark
+        return self.benchmark if self.benchmark is not None else self
+
+    def documents(self, session: "MCPSession | None") -> list[ToolDocuments]:
+        """What the server listed over ``session``'s own connection (not the session's tool
+        list); before a session, the server's listing read on a miss."""
+        if session is not None:
+            server = session.client.server_name or self.name
+            return [ToolDocuments("mcp", f"server {server}", [tool_spec(t) for t in session.client.tools])]
+        return [ToolDocuments("mcp", f"server of {self.name}", load=self.catalog)]
 
     def server_for(self, task: Task | None) -> ServerSpec:
         if callable(self.server) and not isinstance(self.server, (StdioServer, HttpServer)):

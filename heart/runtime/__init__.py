@@ -11,8 +11,7 @@ from heart.runtime.scheduler import BatchingBackend
 
 
 def __getattr__(name: str):
-    # heart.runtime.scripted imports the roles and ToolFace (for the gold teacher): ~0.3 s that a
-    # command importing only heart.runtime.engines (the CLI's parser) should not pay.
+    # imported on first use, as every backend but the base interface and the scheduler is
     if name == "ScriptedBackend":
         from heart.runtime.scripted import ScriptedBackend
 

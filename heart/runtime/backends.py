@@ -4,8 +4,9 @@ Every command names the model that answers the roles with a string (``heart run 
 ``heart serve --model``, ``heart collect --teacher``, ``heart eval --roles teacher:SPEC``), and
 the strings mean the same thing everywhere::
 
-    gold                      the gold-guided teacher (heart.runtime.scripted.GoldTeacher); it
-                              answers from one task's gold calls, so it is built per task
+    gold                      the gold-guided teacher (heart_distill.data.gold_teacher); it
+                              answers from one task's gold calls, so the commands that run
+                              tasks build it per task: backend_for refuses it
     openai:<url>#<model>      any OpenAI-compatible server (heart.runtime.openai_compat); the
                               server serves its own adapters
     hf:<model>                an in-process model: the same as <model> alone
@@ -90,13 +91,10 @@ def _refuse_adapters(adapters: dict[str, str], what: str) -> None:
         raise UserError(f"adapters {adapters} apply to in-process models only, not to {what}")
 
 
-def _gold_teacher(task=None, tools=None, **options):
-    if task is None or tools is None:
-        raise UserError("model 'gold' is the gold-guided teacher: it answers from one task's gold calls, so it is "
-                        "built per task (with the task and its tools), not once for every task")
-    from heart.runtime.scripted import GoldTeacher
-
-    return GoldTeacher(task, tools, **options)
+def _gold_teacher(**options):
+    raise UserError("model 'gold' is the gold-guided teacher: it answers from one task's gold calls, so it is built "
+                    "per task (with the task and its tools) by the commands that run tasks (heart run, collect, eval; "
+                    "heart_distill.data.gold_teacher), not once for every task")
 
 
 def _in_process(engine: str, model: str, adapters: dict[str, str], max_batch_size: int, quantize: str | None,

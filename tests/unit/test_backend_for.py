@@ -68,11 +68,14 @@ def test_each_spec_form_parses_to_its_kind(spec, kind, model):
     assert built_per_task(spec) == (kind == "gold")
 
 
-def test_gold_is_the_gold_teacher_of_one_task(bfcl):
-    from heart.runtime.scripted import GoldTeacher
+def test_gold_is_built_per_task_by_the_commands_that_run_tasks_not_by_backend_for(bfcl):
+    from heart_distill.data.gold_teacher import GoldTeacher
+    from heart_distill.data.teachers import TeacherFactory
 
     task = bfcl.load_task("multi_turn_base_0")
-    teacher = backend_for("gold", task=task, tools=bfcl.catalog(), fault_rate=0.5, seed=3)
+    with pytest.raises(UserError, match="'gold'.*built per task"):
+        backend_for("gold", task=task, tools=bfcl.catalog())
+    teacher = TeacherFactory("gold", 0.5, bfcl)(task, seed=3)
     assert isinstance(teacher, GoldTeacher) and teacher.name == "gold+faults0.5"
 
 
@@ -179,7 +182,7 @@ def test_heart_run_serves_library_and_flag_adapters_through_backend_for(loads, t
 
 
 def test_heart_run_with_gold_serves_no_library_adapters(tmp_path, bfcl):
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart_distill import cli
 
     args = cli.build_parser().parse_args(["run", "--task", "t", "--model", "gold", "--library",
@@ -220,7 +223,7 @@ def test_an_hf_teacher_is_built_by_backend_for_with_the_collections_batch_size(l
 
 
 def test_a_gold_teacher_per_episode_is_built_by_backend_for(bfcl):
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart_distill.data.teachers import TeacherFactory
 
     teacher = TeacherFactory("gold", 0.25, bfcl)

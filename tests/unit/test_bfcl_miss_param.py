@@ -18,7 +18,7 @@ from heart.environments.bfcl import CLARIFY_ANSWER, BFCLEnvironment, withheld_tu
 from heart.environments.splits import split_of
 from heart.episode import run_episode
 from heart.roles.common import render_answer, role_input
-from heart.runtime.scripted import GoldTeacher, clarification_question
+from heart_distill.data.gold_teacher import GoldTeacher, clarification_question
 from heart.traces import TraceWriter, read_trace
 from heart_distill.eval.metrics import clarification_counts, clarification_figures
 

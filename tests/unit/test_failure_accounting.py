@@ -14,7 +14,8 @@ import threading
 import pytest
 from fakes import PASS, HashingEmbedder, Script, dispatch, echo_bindings, fail, plan
 
-from heart.environments.base import EpisodeScore, Task
+from heart.environments.base import CatalogEnvironment, EpisodeScore, Task
+from heart.environments.calls import LoggedSession
 from heart.episode import run_episode
 from heart.primitives import (MAX_RESULT_CHARS, RUNTIME_ERROR, contained_tool_calls, execute)
 from heart.runtime import ScriptedBackend
@@ -131,7 +132,7 @@ def test_a_hanging_tool_times_out_and_taints_the_episode(hostile):
 
 # -- through the loop ---------------------------------------------------------------------------
 
-class ToyEnvironment:
+class ToyEnvironment(CatalogEnvironment):
     """Just enough of :class:`heart.environments.base.Environment` for run_episode."""
 
     name = "toy"
@@ -146,10 +147,13 @@ class ToyEnvironment:
     def load_task(self, task_id: str) -> Task:
         return Task(task_id, "toy", ["Use the tools."])
 
+    def catalog(self):
+        return [tool.spec for tool in self.hostile.tools()]
+
     def start(self, task: Task):
         environment = self
 
-        class Session:
+        class Session(LoggedSession):
             def __init__(self):
                 self.task = task
                 self.tools = environment.hostile.tools()

@@ -12,7 +12,7 @@ import json
 import jsonschema
 import pytest
 
-from heart.runtime.scripted import FAULT_KINDS, GoldTeacher
+from heart_distill.data.gold_teacher import FAULT_KINDS, GoldTeacher
 from heart.environments import load_environment
 from heart.episode import run_episode
 from heart.loop import LoopConfig

@@ -67,6 +67,109 @@ def test_heart_imports_nothing_from_the_training_side():
     assert not offences, "heart/ runs at inference and must not import the training side:\n" + "\n".join(offences)
 
 
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that the file at ``path`` imports, at any depth (inside
+    functions too: a lazy import closes a circle as surely as one at the top), leaving out
+    imports under ``if TYPE_CHECKING:``; ``from package import name`` counts as an import of
+    ``package.name`` when that is a module, else of ``package``."""
+    name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+    package = name.removesuffix(".__init__") if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    typing_only = {id(node) for block in ast.walk(tree)
+                   if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                   for node in ast.walk(block)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names)
+    resolved = set()
+    for module in found:
+        while module and module not in modules:  # heart.toolface.Tool -> heart.toolface
+            module = module.rpartition(".")[0]
+        if module and module != name.removesuffix(".__init__"):
+            resolved.add(module)
+    return resolved
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_the_circle_finder_finds_circles_and_only_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def heart_import_graph() -> dict[str, set[str]]:
+    """Module of heart/ → the modules of heart/ it imports (:func:`module_imports`)."""
+    files = sorted((REPO / "heart").rglob("*.py"))
+    names = {".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): path for path in files}
+    return {name: module_imports(path, set(names)) for name, path in names.items()}
+
+
+def test_heart_has_no_import_circle():
+    graph = heart_import_graph()
+    assert sum(len(edges) for edges in graph.values()) > 100  # the finder sees the imports at all
+    assert "heart.environments.bfcl" in graph["heart.environments"]  # imported inside load_environment
+    assert "heart.toolface" not in graph["heart.provenance"]  # imported under TYPE_CHECKING only
+    circles = import_circles(graph)
+    assert not circles, "modules of heart/ that import each other (at any depth):\n" + "\n".join(
+        " <-> ".join(circle) for circle in circles)
+
+
+def test_the_runtime_reaches_no_environment_library_primitive_or_toolface():
+    """Model serving stands below what the loop runs over: the gold teacher, which reads
+    environments, the library, primitives and ToolFace, lives on the data side."""
+    graph = heart_import_graph()
+    reached, todo = set(), [name for name in graph if name.startswith("heart.runtime")]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += graph[name]
+    assert "heart.roles.router" in reached  # the finder follows the runtime's imports at all
+    above = sorted(name for name in reached if name.startswith(("heart.environments", "heart.library",
+                                                                "heart.primitives", "heart.toolface")))
+    assert not above, f"heart/runtime/ reaches {above}"
+
+
 def _setuptools() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 

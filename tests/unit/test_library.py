@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from heart.environments.base import ToolCall
+from heart.environments.base import CatalogEnvironment, ToolCall
 from heart.environments.splits import split_of
 from heart.library import (Composite, LibraryError, LibraryEnvironment, compose_calls, composite_tool,
                            load_library, parse_composite, updating)
@@ -98,7 +98,7 @@ class _Session:
         self.task, self.tools = task, session_tools(sent)
 
 
-class _Env:
+class _Env(CatalogEnvironment):
     name = "geo"
 
     def catalog(self):

@@ -44,7 +44,8 @@ from heart.environments.mcp import (  # noqa: E402
 )
 from heart.episode import run_episode  # noqa: E402
 from heart.primitives import RUNTIME_ERROR, SCHEMA_RESOLUTION, execute  # noqa: E402
-from heart.runtime.scripted import GoldTeacher, ScriptedBackend  # noqa: E402
+from heart.runtime.scripted import ScriptedBackend  # noqa: E402
+from heart_distill.data.gold_teacher import GoldTeacher  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_SERVER = REPO / "tests" / "servers" / "bfcl_mcp_server.py"

@@ -9,7 +9,7 @@ import pytest
 from heart.environments.bfcl import BFCLEnvironment
 from heart.episode import run_episode
 from heart.loop import LoopConfig
-from heart.runtime.scripted import GoldTeacher
+from heart_distill.data.gold_teacher import GoldTeacher
 from heart.middleware import NO_MIDDLEWARE, MiddlewareError, TurnCalls, load_middleware, parse_guard
 from heart.primitives import CONSTRAINT_VIOLATION, SCHEMA_RESOLUTION, bind_arguments, execute, execute_with_retry
 

@@ -11,7 +11,9 @@ import pytest
 from heart.environments import load_environment
 from heart.episode import run_episode
 from heart.roles.common import role_input
-from heart.runtime.scripted import NATURAL, GoldTeacher, ScriptedBackend, render_answer
+from heart.runtime.scripted import ScriptedBackend
+from heart.roles.common import render_answer
+from heart_distill.data.gold_teacher import NATURAL, GoldTeacher
 from heart.traces import TraceWriter, read_trace
 from heart_distill.eval.metrics import summarize, verifier_scores
 from heart_distill.eval.roles import balanced_sample, natural_fails_in_turn

@@ -20,7 +20,7 @@ from heart.loop import LoopConfig
 from heart.roles import planner
 from heart.roles.common import role_input
 from heart.roles.registry import PLANNER
-from heart.runtime.scripted import GoldTeacher
+from heart_distill.data.gold_teacher import GoldTeacher
 from heart.traces import TraceWriter, read_trace
 
 TOOLS = [{"name": "get_weather", "description": "Get the weather of a city", "category": "weather"},

@@ -14,7 +14,7 @@ from heart.ledger import audit_trace
 from heart.loop import HeartLoop, LoopConfig
 from heart.roles import primitive, primitive_messages
 from heart.runtime import ScriptedBackend
-from heart.runtime.scripted import GoldTeacher, message_for
+from heart_distill.data.gold_teacher import GoldTeacher, message_for
 from heart.toolface import Tool, ToolFace, ToolSpec
 from heart.traces import TraceWriter, read_trace
 

@@ -106,7 +106,7 @@ def test_judge_asks_in_one_batch_and_parses_like_the_other_roles(tmp_path):
 
 def test_gold_teacher_answers_gold_relevance_and_a_how_from_the_request():
     from heart.environments.base import Task, ToolCall
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
 
     task = Task(env="toy", task_id="t1", turns=["send 5 dollars to Bob"],
                 gold=[[ToolCall("send_money", {"recipient": "Bob", "amount": 5, "date": "2022-01-01"})]])

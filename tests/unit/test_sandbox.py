@@ -172,7 +172,7 @@ def test_agentdojo_computations_hold_no_value_of_the_answer(agentdojo):
 
 def test_the_gold_teacher_plans_code_steps_and_the_checker_accepts_them(agentdojo):
     from heart.episode import run_episode
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
 
     for task_id in ("banking/user_task_1", "workspace/user_task_17", "travel/user_task_16"):
         task = agentdojo.load_task(task_id)

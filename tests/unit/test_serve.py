@@ -157,7 +157,7 @@ def test_the_loop_runs_over_http_and_the_trace_names_each_adapter(live_server, t
     """The gold teacher behind heart serve, the OpenAI backend in front: a real BFCL episode."""
     import uvicorn
 
-    from heart.runtime.scripted import GoldTeacher
+    from heart_distill.data.gold_teacher import GoldTeacher
     from heart.environments import load_environment
     from heart.episode import run_episode
     from heart.runtime.openai_compat import OpenAIBackend

@@ -20,7 +20,8 @@ from fakes import PASS, HashingEmbedder, Script, dispatch, echo_bindings, plan
 
 from heart import provenance
 from heart.catalog import session_toolface
-from heart.environments.base import EpisodeScore, Task
+from heart.environments.base import CatalogEnvironment, EpisodeScore, Task
+from heart.environments.calls import LoggedSession
 from heart.library import LibraryEnvironment, parse_composite
 from heart.primitives import RUNTIME_ERROR, execute, execute_with_retry
 from heart.provenance import (PROVENANCE_VIOLATION, Provenance, UntrustedToolError, document_hash,
@@ -56,7 +57,7 @@ class Calls:
         return [Tool(spec, bind(spec)) for spec in specs]
 
 
-class GeoEnvironment:
+class GeoEnvironment(CatalogEnvironment):
     """Just enough of an environment for session_toolface and run_episode: no train split."""
 
     name = "geo"
@@ -76,7 +77,7 @@ class GeoEnvironment:
     def start(self, task):
         environment = self
 
-        class Session:
+        class Session(LoggedSession):
             def __init__(self):
                 self.task = task
                 self.tools = environment.calls.tools()
