@@ -136,6 +136,7 @@ def features_for(role: str):
         "env": Value("string"),
         "teacher": Value("string"),
         "verified": Value("bool"),
+        "verified_by": Value("string"),
         "turn": Value("int32"),
         "attempt": Value("int32"),
         "step": Value("int32"),
@@ -162,6 +163,9 @@ def to_example(event: dict[str, Any], facts: EpisodeFacts) -> Example:
         # Every kept row was confirmed by the environment (a verified attempt, or a verdict
         # matching execution); the column lets unverified data be mixed in knowingly.
         "verified": True,
+        # "checker": the environment's checker accepted the episode; "teacher": a task without
+        # expected calls, passed in every turn by the teacher's own Verifier (counted apart in the card)
+        "verified_by": facts.verified_by,
         "turn": event["turn"],
         "attempt": event["attempt"],
         "step": event["step"],
@@ -187,6 +191,9 @@ class _Collector:
         self.examples: dict[str, list[Example]] = {role: [] for role in roles}
         self.removed: dict[str, Counter] = {role: Counter() for role in ROLES}
         self.events_read: Counter = Counter()
+        self.unparsed: Counter = Counter()
+        """Per role, the answers that did not parse, whatever later drops them (a weak teacher's
+        failures show here, not only as episodes the checker did not accept)."""
         self.episode_tasks: set[tuple[str, str]] = set()
         self.episodes: Counter = Counter()
 
@@ -196,6 +203,7 @@ class _Collector:
             self.episodes["unknown_role_events"] += 1
             return
         self.events_read[role] += 1
+        self.unparsed[role] += row.get("parse_error") is not None
         if row["episode_id"] in self.closed:
             self.removed[role]["event_after_episode_record"] += 1
             return
@@ -221,6 +229,7 @@ class _Collector:
         self.episodes["with_retrieval_miss"] += missed
         self.episodes["successful_without_retrieval_miss"] += bool(record["success"]) and not missed
         facts = EpisodeFacts.from_events(record, events)
+        self.episodes["teacher_verified"] += facts.verified_by == "teacher"
         for event in events:
             role = event["role"]
             rule = first_failing_filter(event, facts)
@@ -371,6 +380,7 @@ def build_role_datasets(run_dir: str | Path, out_dir: str | Path, options: Build
         "read": report.read,
         "options": report.options,
         "collections": report.collections,
+        "episodes": report.episodes,
         "token_counter": counter.name,
         "validation_source_text": (
             "Validation holds the tasks of the toolkit's dev split "
@@ -445,6 +455,8 @@ def _build_roles(options: BuildOptions, collector: "_Collector", split_for, coun
             "splits": {split: len(rows) for split, rows in by_split.items()},
             "tasks": {split: len(t) for split, t in tasks.items()},
             "events_read": collector.events_read[role],
+            "unparsed": collector.unparsed[role],
+            "verified_by": dict(Counter(e["verified_by"] for rows in by_split.values() for e in rows)),
             "removed": {name: removed.get(name, 0) for name in RULES if _applies(name, role)},
             "teachers": sorted({e["teacher"] for rows in by_split.values() for e in rows}),
             "tokens": {split: length_stats(values) for split, values in lengths.items()},

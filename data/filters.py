@@ -94,8 +94,22 @@ class EpisodeFacts:
         return set().union(*(f.executed_tools for (t, _), f in self.attempts.items() if t == turn))
 
     @property
+    def verified_by(self) -> str | None:
+        """Who verified the episode: ``checker`` (the environment's checker accepted it),
+        ``teacher`` (a task the checker does not score — a tasks file's task without expected
+        calls, ``details.scored: false`` — whose every turn the teacher's own Verifier passed),
+        or None."""
+        if self.record.get("success"):
+            return "checker"
+        verdicts = self.record.get("verdicts") or []
+        if (self.record.get("checker") or {}).get("scored") is False and verdicts and set(verdicts) == {"PASS"}:
+            return "teacher"
+        return None
+
+    @property
     def success(self) -> bool:
-        return bool(self.record.get("success"))
+        """The episode is verified (:attr:`verified_by`): its calls may train the actor roles."""
+        return self.verified_by is not None
 
     def passed_attempt(self, turn: int) -> int | None:
         """The attempt the Verifier passed in ``turn``: its last attempt, if that one PASSed."""
@@ -120,7 +134,7 @@ class EpisodeFacts:
             return None
         if any(s["envelope"]["status"] != "SUCCESS" or s["step"] in facts.faulted_steps for s in steps):
             return "FAIL"
-        if not self.success:
+        if self.verified_by != "checker":  # (a teacher-verified episode would label its own Verifier)
             return None
         if self.left_incomplete(event):
             return "FAIL"

@@ -216,6 +216,12 @@ class PipelineConfig:
     subgoals}``): both collections take its policy settings (:data:`heart.settings.POLICY`),
     so the datasets, and the adapters trained on them, learn those modes' inputs; every
     end-to-end run takes all of them, its own ``loop:`` over them."""
+    tasks: str | None = None
+    """The tasks file of the environment ``custom`` (your own tools: docs/your-tools.md), read
+    by every stage whose ``envs`` or ``env`` names it; its tasks are split by id."""
+    tools: str | None = None
+    """The tools of ``custom``: a Python module or .py file of typed functions,
+    ``mcp:COMMAND ARGS`` (a stdio MCP server per episode), or an http(s) MCP server URL."""
     collect: CollectConfig = field(default_factory=CollectConfig)
     datasets: dict[str, Any] = field(default_factory=dict)
     """How traces become role datasets, by :class:`heart_distill.data.build.BuildOptions`
@@ -257,6 +263,15 @@ def load_pipeline(path: str | Path) -> tuple[PipelineConfig, Path]:
             loop_flags(run_spec.loop)
         except (TypeError, ValueError) as err:
             raise PipelineError(f"{path}: eval.e2e.{index}.loop: {err}") from None
+    named = {*config.collect.envs, *config.heldout.envs, *(run_spec.env for run_spec in config.eval.e2e)}
+    if "custom" in named and not (config.tasks and config.tools):
+        raise PipelineError(f"{path}: the environment custom needs the recipe's tasks: (a tasks file) and tools: "
+                            "(a Python module or .py file, mcp:COMMAND ARGS, or an MCP server URL)")
+    if "custom" not in named and (config.tasks or config.tools):
+        raise PipelineError(f"{path}: tasks: and tools: are read by the environment custom only, which no "
+                            "collect.envs, heldout.envs or eval.e2e env names")
+    if config.tasks and not Path(config.tasks).is_file():
+        raise PipelineError(f"{path}: tasks: {config.tasks} is not a file (relative to the working directory)")
     c = config.collect
     if bool(c.student) != bool(c.student_rate):
         raise PipelineError(f"{path}: collect.student and collect.student_rate go together (got student "
@@ -292,11 +307,27 @@ class Stage:
     of the key: a continued run must finish with what an uninterrupted one would have made."""
 
 
-def _collections(envs: list[str], bfcl_categories: list[str]) -> list[tuple[str, list[str]]]:
-    """(environment, its ``--category`` flags) of each collection: one per BFCL category
-    (the default category without a flag, so its command line is what it always was)."""
-    return [(env, [] if category in (None, "multi_turn_base") else ["--category", category])
+def _collections(envs: list[str], bfcl_categories: list[str], config: PipelineConfig) -> list[tuple[str, list[str]]]:
+    """(environment, its ``--category`` or ``--tasks``/``--tools`` flags) of each collection:
+    one per BFCL category (the default category without a flag, so its command line is what
+    it always was)."""
+    return [(env, _environment_flags(env, category, config))
             for env in envs for category in (bfcl_categories if env == "bfcl" else [None])]
+
+
+def _environment_flags(env: str, category: str | None, config: PipelineConfig) -> list[str]:
+    """What says which tasks and tools an environment's command runs over."""
+    if env == "custom":
+        return ["--tasks", str(config.tasks), "--tools", str(config.tools)]
+    return [] if category in (None, "multi_turn_base") else ["--category", category]
+
+
+def _custom_inputs(config: PipelineConfig) -> list[Path]:
+    """The files of the environment ``custom`` whose bytes its stages read: the tasks file, and
+    the tools when they are a .py file (a server is not a file: its own version is its own)."""
+    if not config.tasks:
+        return []
+    return [Path(config.tasks), *([Path(config.tools)] if config.tools and Path(config.tools).is_file() else [])]
 
 
 def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
@@ -313,7 +344,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     collect = [["heart", "collect", "--env", env, *category, "--split", "train", "--teacher", c.teacher, *faults,
                 "--seeds", *map(str, c.seeds), "--concurrency", str(c.concurrency), *mode, *student,
                 "--out", str(run / "collect"), *(["--limit", str(c.limit)] if c.limit else []), *executor]
-               for env, category in _collections(c.envs, c.bfcl_categories)]
+               for env, category in _collections(c.envs, c.bfcl_categories, config)]
     roles_yaml = recipe_dir / t.recipe
     recipe_files = _recipe_files(roles_yaml, t.roles)
     # every role in one training process ({role} is each role's name): one start-up, not four
@@ -324,7 +355,7 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
     collect_test = [["heart", "collect", "--env", env, *category, "--split", "test", "--teacher", c.teacher,
                      *test_faults, "--concurrency", str(c.concurrency), *mode, *student,
                      "--out", str(run / "collect-test"), *(["--limit", str(h.limit)] if h.limit else []), *executor]
-                    for env, category in _collections(h.envs, h.bfcl_categories)]
+                    for env, category in _collections(h.envs, h.bfcl_categories, config)]
     limit = ["--limit", str(e.roles_limit)] if e.roles_limit else []
     base = ["--model", config.model]  # the unadapted side names its model; adapters' manifests name theirs
     # each evaluation runs both sides in one process: they share the model and decode in one batch
@@ -338,7 +369,9 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
         name = run_spec.name or ("" if index == 0 else run_spec.env)
         folder = run / "eval" / ("e2e-" + name + "-" if name else "e2e-")
         limit_e2e = ["--limit", str(run_spec.limit)] if run_spec.limit else []
-        typed = [*(["--category", run_spec.category] if run_spec.category else []),
+        where = (_environment_flags("custom", None, config) if run_spec.env == "custom"
+                 else ["--category", run_spec.category] if run_spec.category else [])
+        typed = [*where,
                  *(["--concurrency", str(run_spec.concurrency)] if run_spec.concurrency else [])]
         eval_e2e.append(["heart", "eval", "e2e", "--env", run_spec.env, "--split", "test", "--roles",
                          str(run / "adapters"), *base, *e2e_engine, *limit_e2e, *typed, *run_spec.args,
@@ -358,7 +391,8 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
                      "--traces", str(run / "eval" / "attack" / "traces"),
                      "--out", str(run / "eval" / "attack" / "injection.json")]] if a.pairs else [])
     return [
-        Stage("collect", collect, [], [run / "collect"], concurrent=True, resume=_with_resume(collect)),
+        Stage("collect", collect, _custom_inputs(config), [run / "collect"], concurrent=True,
+              resume=_with_resume(collect)),
         Stage("datasets", [["heart", "datasets", "build", str(run / "collect"), "--out", str(run / "datasets"),
                             *build_flags(config.datasets), "--overwrite"]],
               [run / "collect" / "traces"], [run / "datasets"]),
@@ -366,13 +400,14 @@ def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:
               resume=lambda: _unfinished_roles(train, t.roles, run / "adapters")),
         # no outputs to remove: the library keeps every earlier admission and its history
         Stage("library", library, [run / "adapters", run / "datasets"], []),
-        Stage("collect_test", collect_test, [], [run / "collect-test"], concurrent=True,
+        Stage("collect_test", collect_test, _custom_inputs(config), [run / "collect-test"], concurrent=True,
               resume=_with_resume(collect_test)),
         Stage("heldout", [["python", "-m", "heart_distill.eval.heldout", str(run / "collect-test"), "--out", str(run / "heldout"),
                            "--split", "test", "--overwrite"]], [run / "collect-test" / "traces"], [run / "heldout"]),
         Stage("eval_roles", eval_roles, [run / "heldout", run / "adapters"],
               [run / "eval" / "roles-base", run / "eval" / "roles-distilled"]),
-        Stage("eval_e2e", eval_e2e, [run / "adapters"], e2e_outputs, resume=_with_resume(eval_e2e)),
+        Stage("eval_e2e", eval_e2e, [run / "adapters", *_custom_inputs(config)], e2e_outputs,
+              resume=_with_resume(eval_e2e)),
         Stage("eval_attack", eval_attack, [run / "adapters"], [run / "eval" / "attack"]),
         Stage("report", [["heart", "report", str(run / "eval"), "--out", str(run / "report")]], [run / "eval"],
               [run / "report"]),

@@ -28,7 +28,7 @@ if [ "$FRESH" = 1 ]; then
   quiet .venv/bin/pip install --upgrade pip
 fi
 # the test extra, and Ray (the ray extra: tests/integration/test_ray_executor.py runs it)
-quiet .venv/bin/pip install -e ".[test,ray]"
+quiet .venv/bin/pip install -e ".[test,ray,examples]"
 quiet .venv/bin/pip install --no-deps -r requirements-nodeps.txt
 # llama.cpp, the CPU role engine (heart.runtime.llamacpp), and its converter from peft adapters
 # to GGUF LoRA: PyPI ships llama-cpp-python as source only, so the first run compiles it

@@ -95,10 +95,11 @@ class Episode:
         self.primitive(attempt, 0, primitive_status)
         self.verifier(attempt, verdict, primitive_status)
 
-    def close(self, success: bool) -> None:
+    def close(self, success: bool, verdicts: list[str] | None = None, checker: dict | None = None) -> None:
         self.writer.write(EpisodeRecord(
             episode_id=self.episode_id, task_id=self.task_id, env=ENV, score=float(success),
-            success=success, verdicts=["PASS"], replans_used=[0], backend=self.teacher))
+            success=success, verdicts=verdicts or ["PASS"], replans_used=[0], backend=self.teacher,
+            checker=checker or {}))
 
 
 def write_run(run_dir) -> None:
@@ -236,6 +237,13 @@ def test_card_report_and_histogram(built):
     assert saved["roles"]["planner"]["splits"] == {"train": 2, "validation": 1}
     assert saved["roles"]["planner"]["tokens"]["train"]["n"] == 2
     assert saved["read"]["torn_lines"] == 1
+    # the teacher's unparsed answers are counted before any filter, beside the episodes' outcomes
+    router = (out / "router" / "README.md").read_text()
+    episodes = saved["episodes"]
+    assert f"Episodes recorded: {episodes['records']}, of which valid by the environment's checker: " \
+           f"{episodes['successful']}" in router and episodes["records"] > episodes["successful"] > 0
+    assert f"router answers read: {saved['roles']['router']['events_read']}; answers that did not parse: 1 " in router
+    assert saved["roles"]["planner"]["unparsed"] == 0
 
 
 def test_verifier_balance_downsamples_majority_deterministically(tmp_path):
@@ -403,3 +411,37 @@ def test_the_same_episodes_in_another_order_give_the_same_datasets(tmp_path):
         built[name] = {role: {split: rows.to_list() for split, rows in splits.items()} for role, splits in datasets.items()}
     assert built["in_order"] == built["reversed"]
     assert any(rows for splits in built["in_order"].values() for rows in splits.values())
+
+
+def test_tasks_without_expected_calls_train_only_where_the_teachers_verifier_passed_every_turn(tmp_path):
+    """A tasks file's task without expected calls is not scored (``details.scored: false``):
+    its episode trains the actor roles only when the teacher's own Verifier passed every turn,
+    marked ``verified_by: teacher`` and counted apart in the card; its Verifier calls get no
+    PASS label (the teacher would label itself)."""
+    unscored = {"scored": False, "error_type": "custom:unscored"}
+    with TraceWriter(tmp_path / "run" / "traces" / "shard-0.jsonl", fsync=False) as w:
+        checked = Episode(w, "checked", TRAIN[0], teacher="openai")
+        checked.attempt(0, "PASS")
+        checked.close(True)
+        passed = Episode(w, "passed", TRAIN[1], teacher="openai")
+        passed.attempt(0, "PASS")
+        passed.close(False, ["PASS"], unscored)
+        failed = Episode(w, "failed", TRAIN[2], teacher="openai")
+        failed.attempt(0, "FAIL")
+        failed.close(False, ["FAIL"], unscored)
+        wrong = Episode(w, "wrong", TRAIN[3], teacher="openai")  # scored, rejected: never the teacher's word
+        wrong.attempt(0, "PASS")
+        wrong.close(False, ["PASS"], {"scored": True, "error_type": "custom:calls"})
+    out = tmp_path / "datasets"
+    report = build_role_datasets(tmp_path / "run", out, BuildOptions(verifier_balance=None, token_counter="whitespace"))
+    def every_row(role):
+        return [dict(row) for split in load(out, role).values() for row in split]
+
+    planner_rows = every_row("planner")
+    assert sorted((r["episode_id"], r["verified_by"]) for r in planner_rows) == [("checked", "checker"),
+                                                                                 ("passed", "teacher")]
+    assert report.episodes["teacher_verified"] == 1
+    assert {r["episode_id"] for r in every_row("verifier")} <= {"checked"}
+    card = (out / "planner" / "README.md").read_text()
+    assert "Rows verified by the environment's checker: 1; by the teacher's own Verifier" in card
+    assert "1 such episodes): 1." in card

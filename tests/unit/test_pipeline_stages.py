@@ -238,6 +238,10 @@ def test_an_engine_may_name_its_base_weights(recipe, tmp_path):
     ({"datasets": {"verifier_balance": 0.5}}, "datasets: verifier_balance must be >= 1.0"),
     ({"loop": {"planner_form": "essay"}}, "loop: planner_form must be 'plan' or 'subgoals'"),
     ({"collect": {"bfcl_categories": ["parallel_multi"]}}, "'collect.bfcl_categories.0'"),
+    ({"collect": {"envs": ["custom"]}}, "the environment custom needs the recipe's tasks:"),
+    ({"tasks": "tasks.jsonl", "tools": "tools.py"}, "tasks: and tools: are read by the environment custom only"),
+    ({"collect": {"envs": ["custom"]}, "tasks": "nowhere.jsonl", "tools": "tools.py"},
+     "tasks: nowhere.jsonl is not a file"),
 ])
 def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
     path = tmp_path / "pipeline.yaml"
@@ -246,7 +250,8 @@ def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
         load_pipeline(path)
 
 
-@pytest.mark.parametrize("path", sorted([*(REPO / "recipes").glob("*/pipeline.yaml"), *(REPO / "recipes").glob("*/benchmark*.yaml")]),
+@pytest.mark.parametrize("path", sorted([*(REPO / "recipes").glob("*/pipeline.yaml"), *(REPO / "recipes").glob("*/benchmark*.yaml"),
+                                         *(REPO / "recipes").glob("*/your-tools.yaml")]),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_shipped_pipeline_recipes_load(path):
     config, folder = load_pipeline(path)
@@ -471,3 +476,26 @@ def test_an_e2e_runs_loop_section_reaches_heart_eval_e2e_as_the_flags_its_settin
     e2e.add_arguments(parser)
     parsed = e2e.config_from_args(parser.parse_args(command[3:]))
     assert parsed.loop == LoopConfig(**loop)
+
+
+def test_a_custom_recipe_runs_every_episode_stage_over_its_tasks_file_and_tools(tmp_path, monkeypatch):
+    """env: custom in a pipeline recipe: each collection and end-to-end run gets --tasks and
+    --tools, and the tasks file's bytes enter the keys of the stages that read it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "request": "Say hi."}\n')
+    recipe = tmp_path / "pipeline.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "run_dir": "run", "tasks": "tasks.jsonl", "tools": "mcp:python -m my_server",
+        "train": {"recipe": str(REPO / "recipes/smollm2-135m/roles.yaml")},
+        "collect": {"envs": ["custom"]}, "heldout": {"envs": ["custom"]}, "eval": {"e2e": [{"env": "custom"}]}}))
+    config, folder = load_pipeline(recipe)
+    by_name = {s.name: s for s in pipeline.stages(config, folder)}
+    for name in ("collect", "collect_test", "eval_e2e"):
+        (command,) = by_name[name].commands
+        assert command[command.index("--env") + 1] == "custom"
+        assert command[command.index("--tasks") + 1] == "tasks.jsonl"
+        assert command[command.index("--tools") + 1] == "mcp:python -m my_server"
+        assert Path("tasks.jsonl") in by_name[name].inputs
+    before = pipeline.stage_key(by_name["collect"])
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "request": "Say hello."}\n')
+    assert pipeline.stage_key(by_name["collect"]) != before

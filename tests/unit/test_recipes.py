@@ -14,12 +14,12 @@ from heart_distill.recipes import load_roles
 from heart_distill.train.config import Recipe, load_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-# pipeline recipes (pipeline.yaml, benchmark*.yaml: tests/unit/test_pipeline_stages.py), the
+# pipeline recipes (pipeline.yaml, benchmark*.yaml, your-tools.yaml: tests/unit/test_pipeline_stages.py), the
 # optimize recipe (tests/unit/test_optimize.py) and the whole-loop benchmark (e2e-benchmark.yaml,
 # below) are not role recipes
 ROLE_RECIPES = sorted(p for p in RECIPES.glob("*/*.yaml")
                       if p.parent.name != "accelerate" and p.name not in ("roles.yaml", "optimize.yaml")
-                      and not p.name.startswith(("pipeline", "benchmark", "e2e-benchmark")))
+                      and not p.name.startswith(("pipeline", "benchmark", "e2e-benchmark", "your-tools")))
 BENCH_RECIPES = sorted(RECIPES.glob("*/e2e-benchmark*.yaml"))
 ROLES_FILES = sorted(RECIPES.glob("*/roles.yaml"))
 ACCELERATE = sorted((RECIPES / "accelerate").glob("*.yaml"))
