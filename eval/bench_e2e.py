@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import hashlib
 import json
 import shutil
@@ -197,10 +198,32 @@ def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
         print(f"bench: $ {' '.join(command[:4])} ... --out {command[command.index('--out') + 1]}", flush=True)
         subprocess.run(heart_argv(command), env=STAGE_ENV, check=True)
     wall_s = round(time.perf_counter() - started, 1)
+    compress_traces(chunk.folder)
     publish_text(chunk.folder / STAMP, json.dumps({
         "key": chunk_key(config, chunk), "tasks": chunk.tasks, "wall_s": wall_s,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
     return wall_s
+
+
+def compress_traces(folder: Path) -> None:
+    """Gzip each arm's finished trace (``<arm>/trace.jsonl`` → ``trace.jsonl.gz``, a tenth of
+    its size: the ledger is committed chunk by chunk); the attribution reads either form."""
+    from heart_distill.eval.e2e_folder import TRACE
+
+    for trace in sorted(folder.glob(f"*/{TRACE}")):
+        packed = trace.with_name(trace.name + ".gz")
+        with trace.open("rb") as source, gzip.GzipFile(packed, "wb", mtime=0) as target:
+            shutil.copyfileobj(source, target)
+        trace.unlink()
+
+
+def _trace_lines(folder: Path) -> list[str]:
+    from heart_distill.eval.e2e_folder import TRACE
+
+    trace, packed = folder / TRACE, folder / (TRACE + ".gz")
+    if trace.is_file():
+        return trace.read_text().splitlines()
+    return gzip.decompress(packed.read_bytes()).decode().splitlines() if packed.is_file() else []
 
 
 # -- where a failed episode broke ----------------------------------------------------------------
@@ -249,15 +272,12 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
 def failure_points(folder: Path, environment: Any, replan_budget: int) -> dict[str, int]:
     """Counts of :data:`FAILURE_POINTS` over the failed scored episodes of an arm's folder
     (``environment``: the condition's, for the gold calls of its tasks)."""
-    from heart_distill.eval.e2e_folder import TRACE
-
     failed = {t: r for t, r in _episodes(folder).items() if not r["success"]}
     counts = dict.fromkeys(FAILURE_POINTS, 0)
     if not failed:
         return counts
     events: dict[str, list[dict[str, Any]]] = {}
-    trace = folder / TRACE
-    for line in trace.read_text().splitlines() if trace.is_file() else []:
+    for line in _trace_lines(folder):
         event = json.loads(line) if line.strip() else None
         if event and event.get("task_id") in failed:
             events.setdefault(event["task_id"], []).append(event)

@@ -96,3 +96,14 @@ def test_multi_turn_conditions_report_per_turn_success(tmp_path):
     teacher = condition["arms"]["teacher"]
     assert teacher["per_turn_success"]["n"] == 1 and teacher["per_turn_success"]["value"] == teacher["success"]["value"]
     assert "per-turn success" in (tmp_path / "bench" / "report.md").read_text()
+
+
+def test_a_finished_chunks_traces_are_gzipped_and_read_back_the_same(tmp_path):
+    arm = tmp_path / "chunk-000" / "base"
+    arm.mkdir(parents=True)
+    lines = [json.dumps({"task_id": "t", "role": "planner", "n": i}) for i in range(50)]
+    (arm / "trace.jsonl").write_text("\n".join(lines) + "\n")
+    plain = bench_e2e._trace_lines(arm)
+    bench_e2e.compress_traces(tmp_path / "chunk-000")
+    assert not (arm / "trace.jsonl").exists() and (arm / "trace.jsonl.gz").is_file()
+    assert bench_e2e._trace_lines(arm) == plain == lines

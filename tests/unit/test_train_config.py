@@ -131,6 +131,7 @@ def test_every_primitive_row_mode_the_builder_writes_is_a_recipe_mode(tmp_path):
 
     from heart.roles import primitive, primitive_messages, relevance
     from heart_distill.data.build import to_example
+    from heart_distill.data.filters import EpisodeFacts
     from heart_distill.train.role_data import load_role_dataset
 
     def traced(prompt: str, mode: str | None) -> dict:
@@ -139,9 +140,10 @@ def test_every_primitive_row_mode_the_builder_writes_is_a_recipe_mode(tmp_path):
                 "raw_output": "{}", "episode_id": "e", "task_id": "t", "env": "bfcl", "backend": "gold", "turn": 0,
                 "attempt": 0, "step": 1, "role": "primitive", "extra": {"mode": mode} if mode else {}}
 
-    rows = [to_example(traced(primitive.SYSTEM_PROMPT, None), None),
-            to_example(traced(relevance.SYSTEM_PROMPT, relevance.MODE), None),
-            to_example(traced(primitive_messages.SYSTEM_PROMPT, primitive_messages.MODE), None)]
+    checked = EpisodeFacts({"success": True})  # an episode the checker accepted
+    rows = [to_example(traced(primitive.SYSTEM_PROMPT, None), checked),
+            to_example(traced(relevance.SYSTEM_PROMPT, relevance.MODE), checked),
+            to_example(traced(primitive_messages.SYSTEM_PROMPT, primitive_messages.MODE), checked)]
     written = {row["mode"] for row in rows}
     assert written == {"call", "relevance", "messages"}
     assert set(typing.get_args(typing.get_type_hints(DataConfig)["mode"])) == written | {"all"}
