@@ -37,7 +37,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import json
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TextIO, Union
@@ -146,7 +145,10 @@ class MCPClient:
         params = StdioServerParameters(command=self.server.command, args=list(self.server.args),
                                        env=dict(self.server.env) if self.server.env else None,
                                        cwd=self.server.cwd)
-        return stdio_client(params, errlog=self.errlog or sys.stderr)
+        from heart.runtime import llamacpp_log
+
+        # the server's stderr (a log line per failed call) goes to heart's log, not the console
+        return stdio_client(params, errlog=self.errlog or llamacpp_log.stream())
 
     async def _run(self, connect_timeout_s: float) -> None:
         """Owns the connection: open it, list the tools, then wait for close(). The

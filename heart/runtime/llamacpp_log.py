@@ -13,6 +13,9 @@ for the person running ``heart``, and it buries what is. So:
   header line; a conversion that fails raises with the last lines of its output in the
   message (:func:`heart.runtime.gguf_files.lora_ggufs`).
 
+An MCP server started over stdio writes its stderr (a log line per failed call) to the same
+file (:func:`stream`).
+
 The log file is ``$HEART_LOG_FILE`` if set (a pipeline can point all its stages at one file
 in its run folder), else ``<$HEART_CACHE>/logs/heart.log`` (:func:`heart.default_cache_dir`,
 where the models and GGUF files are cached). Each process says once, on stderr, where its log
@@ -85,6 +88,12 @@ def _log_file() -> IO[str]:
             print(f"heart: llama.cpp's output goes to {path} ({VERBOSE_ENV}=1 shows it here)",
                   file=sys.stderr, flush=True)
         return _log[1]
+
+
+def stream() -> IO[str]:
+    """Where a child process's own chatter goes (an MCP server's stderr: its log lines for
+    every failed call): the log file, or stderr when :func:`verbose`."""
+    return sys.stderr if verbose() else _log_file()
 
 
 def write(text: str) -> None:

@@ -13,6 +13,8 @@ its output goes, not llama.cpp's conversion (tests/integration/test_llamacpp.py 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 import textwrap
 
 import pytest
@@ -133,3 +135,11 @@ def test_a_log_its_parent_already_named_is_not_announced_again(fresh_log, tmp_pa
     assert files["planner"].read_bytes() == b"GGUF"
     assert capfd.readouterr() == ("", "")
     assert "INFO:lora-to-gguf:line 2" in fresh_log.read_text()
+
+
+def test_a_child_processs_chatter_goes_to_the_log_file_unless_verbose(fresh_log, monkeypatch):
+    """An MCP server's stderr (heart.environments.mcp) takes llamacpp_log.stream()."""
+    monkeypatch.delenv(llamacpp_log.VERBOSE_ENV, raising=False)
+    assert Path(llamacpp_log.stream().name) == fresh_log
+    monkeypatch.setenv(llamacpp_log.VERBOSE_ENV, "1")
+    assert llamacpp_log.stream() is sys.stderr
