@@ -2,7 +2,9 @@
 
     base                      the unadapted base model (``--model``, default smollm2-135m)
     runs/NAME/adapters        one peft adapter per role found under it (<dir>/<role>/), on
-                              the base its manifests name; roles without one use the base
+                              the base its manifests name; a joint adapter (<dir>/joint/,
+                              heart train --joint) serves the roles it trained on that have
+                              none of their own; roles without one use the base
     teacher:gold              the gold-guided teacher (end to end only: it needs the task)
     teacher:openai:<url>#<m>  any OpenAI-compatible server;  teacher:hf:<model>  a local model
 
@@ -61,8 +63,18 @@ def resolve_role_models(spec: str, model: str = "smollm2-135m") -> RoleModels:
             adapters[role] = str(folder / role)
             manifest = folder / role / "manifest.json"
             manifests[role] = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    joint = folder / "joint"
+    if (joint / "adapter_config.json").is_file() and (joint / "manifest.json").is_file():
+        # one adapter for every role it trained on (heart train --joint); a role's own adapter wins
+        manifest = json.loads((joint / "manifest.json").read_text())
+        modes = manifest.get("dataset", {}).get("input_modes") or {}
+        for role in manifest.get("roles") or []:
+            if role in ROLES and role not in adapters:
+                adapters[role] = str(joint)
+                manifests[role] = {**manifest, "dataset": {**manifest.get("dataset", {}),
+                                                           "input_modes": modes.get(role)}}
     if not adapters:
-        raise FileNotFoundError(f"--roles {spec!r}: no <role>/adapter_config.json under {folder} "
+        raise FileNotFoundError(f"--roles {spec!r}: no <role>/adapter_config.json (or joint/) under {folder} "
                                 f"(roles: {', '.join(ROLES)})")
     bases = {m.get("base_model", {}).get("name") for m in manifests.values()} - {None}
     if len(bases) > 1:

@@ -380,6 +380,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from heart_distill.train.launch import run_roles
 
     roles = args.roles.split(",") if args.roles else None
+    if args.joint:
+        from heart_distill.train.launch import run_joint
+
+        return run_joint(args.recipe, args.joint, roles, args.overrides)
     return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel)
 
 
@@ -587,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a roles.yaml (every role it lists), or one role's recipe such as router.yaml (that role)")
     p.add_argument("--roles", help="comma-separated subset of roles")
     p.add_argument("--parallel", action="store_true", help="run roles as parallel accelerate jobs")
+    p.add_argument("--joint", metavar="ADAPTERS", type=Path,
+                   help="one adapter for every role instead, in ADAPTERS/joint (served with --roles ADAPTERS): the "
+                        "union of their rows, with their optimizer steps and recipe (the control of the role split)")
     p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     p.set_defaults(func=cmd_train)
 

@@ -116,7 +116,8 @@ def build_manifest(recipe: Recipe, adapter_config: dict[str, Any], base: dict[st
                    metrics: dict[str, Any], lint: dict[str, Any]) -> dict[str, Any]:
     return {
         "format_version": MANIFEST_VERSION,
-        "role": recipe.data.role,
+        "role": "joint" if recipe.data.joint_roles else recipe.data.role,
+        "roles": list(recipe.data.joint_roles) or [recipe.data.role],
         "base_model": base,
         "lora": {"r": adapter_config["r"], "alpha": adapter_config["lora_alpha"],
                  "dropout": adapter_config["lora_dropout"],
@@ -146,6 +147,14 @@ def _dropped(dataset: dict[str, Any]) -> str:
     return ", ".join(f"{n} of {dataset['sizes'].get(split, 0) + n} {split}" for split, n in dropped.items()) or "none"
 
 
+def _serves(manifest: dict[str, Any]) -> str:
+    roles = manifest.get("roles") or [manifest["role"]]
+    if manifest["role"] != "joint":
+        return ""
+    return (f" for every one of {', '.join(roles)} (one adapter on the union of their rows, the control of the "
+            "role split: `heart train --joint`)")
+
+
 def adapter_card(manifest: dict[str, Any], out: Path) -> str:
     role, base, m = manifest["role"], manifest["base_model"], manifest["metrics"]
     base_id = base.get("hf_id") or base["name"]
@@ -167,8 +176,8 @@ tags:
 # HEART {role} adapter for {base_id}
 
 A LoRA adapter (r={lora['r']}, alpha={lora['alpha']}, on {', '.join(lora['target_modules'])}{_layers(lora)}) that makes
-`{base_id}` act as the HEART **{role}**: it reads the role's system prompt and input block and
-answers with the role's JSON object. Trained with TRL SFT on the assistant tokens only.
+`{base_id}` act as the HEART **{role}**{_serves(manifest)}: it reads the role's system prompt and
+input block and answers with the role's JSON object. Trained with TRL SFT on the assistant tokens only.
 
 - Base: `{base['name']}` (content hash `{base.get('content_hash')}`)
 - Data: `{data['path']}` (fingerprint `{data['fingerprint'][:19]}…`), {data['sizes']['train']} train /

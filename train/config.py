@@ -110,6 +110,10 @@ class DataConfig:
     """Seed of that sample."""
     max_eval_examples: int = 64
     """Evaluate on at most the first N validation examples (evaluation is costly on a CPU); 0 uses all."""
+    joint_roles: list[Role] = field(default_factory=list)
+    """A joint adapter's roles (``heart train --joint``, :mod:`heart_distill.train.joint`): the
+    dataset holds their rows (column ``role``) and the one adapter serves every one of them;
+    empty: the adapter serves ``role`` alone."""
     mode: Literal["all", "call", "relevance", "messages"] = "all"
     """Primitive datasets only: train on the rows of this mode (column ``mode``): "call"
     (arguments for a request), "relevance" (does the tool apply, :mod:`heart.roles.relevance`),

@@ -140,15 +140,44 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
     return status
 
 
+def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | None = None,
+              overrides: list[str] | None = None) -> int:
+    """Train one adapter into ``<adapters>/joint`` on the union of the roles' rows, with their
+    steps and their recipe (:mod:`heart_distill.train.joint`); 0 or the failing exit status."""
+    from heart_distill.train.joint import write_joint
+
+    overrides = overrides or []
+    try:
+        spec = training_spec(recipe_path, overrides)
+        chosen = roles or list(spec["roles"])
+        unknown = [r for r in chosen if r not in spec["roles"]]
+        if unknown:
+            raise RecipeError(f"{recipe_path} has no recipe for role(s) {unknown} (has: {', '.join(spec['roles'])})")
+        recipes = {role: load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides))
+                   for role in chosen}
+        joint_recipe = write_joint(recipes, adapters)
+    except RecipeError as err:
+        print(f"train.launch: {err}", file=sys.stderr)
+        return 2
+    command = role_command(str(joint_recipe), spec["accelerate_config"], [])
+    print(f"train.launch: joint adapter of {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
+    return subprocess.call(command)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True,
                         help="roles.yaml listing the per-role recipes, or one role's recipe (trains that role)")
     parser.add_argument("--roles", default="", help="comma-separated roles (default: all)")
     parser.add_argument("--parallel", action="store_true", help="one role per GPU when several exist")
+    parser.add_argument("--joint", metavar="ADAPTERS", default=None,
+                        help="one adapter for every role instead (ADAPTERS/joint), on the union of their rows with "
+                             "their steps and recipe")
     parser.add_argument("overrides", nargs="*", help="section.key=value applied to every role's recipe")
     args = parser.parse_args(argv)
     roles = [r.strip() for r in args.roles.split(",") if r.strip()] or None
+    if args.joint:
+        return run_joint(args.recipe, args.joint, roles, args.overrides)
     return run_roles(args.recipe, roles, args.overrides, args.parallel)
 
 

@@ -83,7 +83,7 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
         splits["train"] = sample.select(range(min(data.max_train_examples, len(sample))))
     if data.max_eval_examples and "validation" in splits:
         splits["validation"] = splits["validation"].select(range(min(data.max_eval_examples, len(splits["validation"]))))
-    if data.system_prompt == "short":
+    if data.system_prompt == "short" and not data.joint_roles:  # (a joint dataset's rows carry their roles' own)
         role = role_for_short_prompt(data.role)
         # each row's full prompt names its mode, and a mode with its own prompt gets its own
         # short one (the Primitive's relevance mode); keep_in_memory: training must not write
@@ -100,6 +100,17 @@ def load_role_dataset(data: DataConfig) -> tuple[Any, dict[str, Any]]:
         "system_prompt": data.system_prompt,
     }
     return splits, info
+
+
+def joint_input_modes(data: DataConfig) -> dict[str, dict[str, int]]:
+    """A joint adapter's input modes, per role it serves, read from that role's own rows of
+    the joint dataset (column ``role``, :mod:`heart_distill.train.joint`)."""
+    from datasets import load_from_disk
+
+    train = load_from_disk(data.dataset_dir)["train"]
+    roles = train["role"]
+    return {role: input_modes(role, train.select([i for i, r in enumerate(roles) if r == role]))
+            for role in data.joint_roles}
 
 
 def token_count(tokenizer: Any, messages: list[dict[str, str]]) -> int:

@@ -66,7 +66,7 @@ def train_role(recipe) -> int:
     from heart.models import model_content_hash, read_manifest, resolve_model
     from heart_distill.train.adapter import (build_manifest, check_servable, linear_module_names, lora_placement,
                                publish_adapter, read_adapter_config)
-    from heart_distill.train.role_data import drop_overlong, input_modes, load_role_dataset
+    from heart_distill.train.role_data import drop_overlong, input_modes, joint_input_modes, load_role_dataset
     from heart_distill.train.templates import template_for
 
     checkpoints = Path(recipe.output.dir) / "checkpoints"
@@ -80,7 +80,8 @@ def train_role(recipe) -> int:
     splits, dataset_info["dropped_overlong"] = drop_overlong(splits, tokenizer, recipe.sft.max_length)
     dataset_info["max_length"] = recipe.sft.max_length
     dataset_info["sizes"] = {name: len(split) for name, split in splits.items()}  # what is trained on
-    dataset_info["input_modes"] = input_modes(recipe.data.role, splits["train"])
+    dataset_info["input_modes"] = (joint_input_modes(recipe.data) if recipe.data.joint_roles
+                                   else input_modes(recipe.data.role, splits["train"]))
     dropped = ", ".join(f"{name} {n}" for name, n in dataset_info["dropped_overlong"].items())
     if len(splits["train"]) == 0:
         print(f"train.sft: {recipe.data.role}: no train example fits sft.max_length={recipe.sft.max_length} "

@@ -109,3 +109,26 @@ def test_an_adapter_trained_in_step_mode_and_served_in_plan_mode_is_refused(tmp_
     assert "the planner adapter" in err and "--planner-form subgoals" in err
     with pytest.raises(ValueError, match="--planner-form subgoals"):
         check_served_modes(models, LoopConfig(router_mode="step"))
+
+
+def test_a_joint_adapter_serves_every_role_it_trained_on_with_that_roles_modes(tmp_path):
+    import json
+
+    from heart.settings import LoopConfig
+    from heart_distill.eval.models import check_served_modes, resolve_role_models
+
+    adapters = _adapters_trained_on(tmp_path / "adapters", verifier={"step": 5, "attempt": 0})  # its own wins
+    (adapters / "joint").mkdir()
+    (adapters / "joint" / "adapter_config.json").write_text("{}")
+    (adapters / "joint" / "manifest.json").write_text(json.dumps({
+        "role": "joint", "roles": ["planner", "router", "verifier"], "system_prompt": "short",
+        "base_model": {"name": "smollm2-135m"},
+        "dataset": {"input_modes": {"planner": {"plan": 9, "subgoals": 0}, "router": {"step": 0, "plan": 7},
+                                    "verifier": {"step": 3, "attempt": 0}}}}))
+    models = resolve_role_models(str(adapters))
+    assert models.adapters == {"planner": str(adapters / "joint"), "router": str(adapters / "joint"),
+                               "verifier": str(adapters / "verifier")}
+    assert set(models.short_prompts) == {"planner", "router"}
+    check_served_modes(models, LoopConfig(router_mode="plan"))
+    with pytest.raises(ValueError, match="the router adapter .* trained on plan inputs only"):
+        check_served_modes(models, LoopConfig(router_mode="step"))

@@ -84,3 +84,47 @@ def test_an_override_scoped_to_a_role_reaches_that_role_alone(tmp_path, monkeypa
     started.clear()
     assert launch.run_roles(ROLES, ["planner", "router"], [*overrides, "planer:sft.epochs=3"]) == 2
     assert not started and "['planer']" in capsys.readouterr().err
+
+
+def test_a_joint_adapter_trains_on_each_roles_own_rows_repeated_by_its_epochs(tmp_path, monkeypatch):
+    """heart train --joint: one dataset of every role's rows as its own recipe samples and
+    prompts them, each repeated by its epochs; one recipe that trains them in one epoch."""
+    import yaml
+    from datasets import load_from_disk
+
+    from heart.roles import get_role
+    from heart_distill.train.config import load_recipe
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
+
+    started = []
+    monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or 0)
+    for role in ("planner", "router"):
+        write_synthetic_role_dataset(tmp_path / "datasets", role, 6, 2, compact=True)
+    adapters = tmp_path / "adapters"
+    assert launch.run_joint(ROLES, adapters, ["planner", "router"],
+                            [f"data.dataset_dir={tmp_path}/datasets/{{role}}", "data.max_train_examples=4",
+                             "sft.learning_rate=1e-3", "planner:sft.epochs=2", "router:sft.epochs=1"]) == 0
+    (command,) = started
+    recipe_path = adapters / "joint-data" / "recipe.yaml"
+    assert command[-2:] == ["--recipe", str(recipe_path)]
+    recipe = load_recipe(recipe_path)
+    assert recipe.data.joint_roles == ["planner", "router"] and recipe.sft.epochs == 1.0
+    assert recipe.output.dir == str(adapters / "joint") and recipe.data.system_prompt == "short"
+    train = load_from_disk(str(adapters / "joint-data" / "data"))["train"]
+    assert sorted(train["role"]) == ["planner"] * 8 + ["router"] * 4  # 4 sampled rows x 2 epochs, 4 x 1
+    by_role = {role: {row["messages"][0]["content"] for row in train if row["role"] == role} for role in ("planner", "router")}
+    assert by_role["planner"] == {get_role("planner").short_system_prompt_for(p) for p in by_role["planner"]} != by_role["router"]
+    assert "optimizer steps the roles' own trainings take: {'planner': 4, 'router': 2} (together 6)" in \
+        recipe_path.read_text()
+    assert yaml.safe_load(recipe_path.read_text())["data"]["joint_roles"] == ["planner", "router"]
+
+
+def test_a_joint_adapter_refuses_roles_whose_recipes_differ(tmp_path, capsys):
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
+
+    for role in ("planner", "router"):
+        write_synthetic_role_dataset(tmp_path / "datasets", role, 2, 1, compact=True)
+    assert launch.run_joint(ROLES, tmp_path / "adapters", ["planner", "router"],
+                            [f"data.dataset_dir={tmp_path}/datasets/{{role}}", "router:sft.learning_rate=5e-4"]) == 2
+    assert "router's sft.learning_rate is 0.0005, planner's 0.003: give it once as an override" in capsys.readouterr().err
+    assert not (tmp_path / "adapters").exists()
