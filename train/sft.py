@@ -80,15 +80,16 @@ def train_role(recipe) -> int:
     splits, dataset_info["dropped_overlong"] = drop_overlong(splits, tokenizer, recipe.sft.max_length)
     dataset_info["max_length"] = recipe.sft.max_length
     dataset_info["sizes"] = {name: len(split) for name, split in splits.items()}  # what is trained on
+    label = f"joint adapter of {', '.join(recipe.data.joint_roles)}" if recipe.data.joint_roles else recipe.data.role
     dataset_info["input_modes"] = (joint_input_modes(recipe.data) if recipe.data.joint_roles
                                    else input_modes(recipe.data.role, splits["train"]))
     dropped = ", ".join(f"{name} {n}" for name, n in dataset_info["dropped_overlong"].items())
     if len(splits["train"]) == 0:
-        print(f"train.sft: {recipe.data.role}: no train example fits sft.max_length={recipe.sft.max_length} "
+        print(f"train.sft: {label}: no train example fits sft.max_length={recipe.sft.max_length} "
               f"(over-long examples dropped: {dropped})", file=sys.stderr)
         return 2
     lint = lint_loss_mask(tokenizer, tokenizer.chat_template, splits["train"].select(range(min(16, len(splits["train"])))))
-    print(f"train.sft: {recipe.data.role}: over-long examples (> {recipe.sft.max_length} tokens) dropped: {dropped}; "
+    print(f"train.sft: {label}: over-long examples (> {recipe.sft.max_length} tokens) dropped: {dropped}; "
           f"{lint}", file=sys.stderr)
 
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, recipe.model.dtype),
