@@ -74,8 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(command: list[str]) -> None:
+    from heart_distill.pipeline import heart_argv
+
     print("role_sweep: $ " + " ".join(command), flush=True)
-    subprocess.run(command, check=True, cwd=REPO)
+    subprocess.run(heart_argv(command), check=True, cwd=REPO)  # this interpreter's heart, whatever PATH holds
 
 
 def check_disjoint(train_data: Path, datasets: Path, role: str) -> None:
