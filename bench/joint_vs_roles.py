@@ -83,12 +83,20 @@ def compare(eval_dir: Path) -> dict:
     return {"eval": str(eval_dir), "roles": roles, "e2e": {"tasks": len(common), **e2e}}
 
 
-def main(argv: list[str] | None = None) -> int:
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--eval", type=Path, required=True,
-                        help="folder with roles-{base,distilled,joint} and e2e-{base,distilled,joint}")
-    parser.add_argument("--out", type=Path, default=Path("runs/bench/joint_vs_roles.json"))
-    args = parser.parse_args(argv)
+    parser.add_argument("--eval", type=Path, default=REPO / "runs" / "your-tools-time" / "eval",
+                        help="folder with roles-{base,distilled,joint} and e2e-{base,distilled,joint} "
+                             "(default: the your-tools example's, %(default)s)")
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench" / "joint_vs_roles.json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = compare(args.eval)
     write_stamped_json(args.out, result, stamp(argv))
     for role, r in result["roles"].items():
