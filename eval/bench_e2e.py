@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import Field
 
 from heart.atomic import publish_text
-from heart.environments import BFCL_CATEGORIES, ENVIRONMENTS
+from heart.environments import BFCL_CATEGORIES, BFCL_SINGLE_TURN_CATEGORIES, ENVIRONMENTS
 from heart.environments.splits import SPLITS_VERSION
 from heart.roles import FORMATS_VERSION
 from heart_distill.arguments import loop_flags
@@ -307,6 +307,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
     base = next((a for a in config.arms if a.roles == "base"), None)
     budget = LoopConfig(**config.loop).replan_budget
     conditions = []
+    pooled: dict[str, dict[tuple[str, str], dict[str, Any]]] = {arm.name: {} for arm in config.arms}
     for condition in config.conditions:
         mine = [c for c in chunks if c.condition is condition]
         done = [c for c in mine if (c.folder / STAMP).is_file()]
@@ -330,22 +331,33 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                               "failure_points": broke, "_episodes": episodes}
         if base is not None:
             for arm in config.arms:
-                if arm is base:
-                    continue
-                mine_eps, base_eps = arms[arm.name]["_episodes"], arms[base.name]["_episodes"]
-                shared = sorted(set(mine_eps) & set(base_eps))
-                arms[arm.name]["delta_vs_base"] = _estimate(
-                    [float(bool(mine_eps[t]["success"])) - float(bool(base_eps[t]["success"])) for t in shared])
-        for figures in arms.values():
-            figures.pop("_episodes")
+                if arm is not base:
+                    arms[arm.name]["delta_vs_base"] = _paired(arms[arm.name]["_episodes"], arms[base.name]["_episodes"])
+        for name, figures in arms.items():
+            episodes = figures.pop("_episodes")
+            if condition.env == "bfcl" and condition.category in BFCL_SINGLE_TURN_CATEGORIES:
+                pooled[name].update({(condition.name, t): r for t, r in episodes.items()})
         conditions.append({"name": condition.name, "env": condition.env, "category": condition.category,
                            "planned_tasks": sum(len(c.tasks) for c in mine),
                            "tasks_so_far": sum(len(c.tasks) for c in done),
                            "chunks": [{"index": c.index, "tasks": len(c.tasks), "wall_s": s["wall_s"],
                                        "finished_at": s["finished_at"]} for c, s in zip(done, stamps)],
                            "arms": arms})
-    return {"recipe": asdict(config), "conditions": conditions,
+    single_turn = {name: {"tasks": len(episodes),
+                          "success": _estimate([float(bool(r["success"])) for r in episodes.values()])}
+                   for name, episodes in pooled.items()}
+    if base is not None:
+        for arm in config.arms:
+            if arm is not base:
+                single_turn[arm.name]["delta_vs_base"] = _paired(pooled[arm.name], pooled[base.name])
+    return {"recipe": asdict(config), "conditions": conditions, "single_turn": single_turn,
             "compute_s": sum(ch["wall_s"] for c in conditions for ch in c["chunks"])}
+
+
+def _paired(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """Success of ``mine`` minus the base's on the tasks both scored, with its interval."""
+    shared = sorted(set(mine) & set(base))
+    return _estimate([float(bool(mine[t]["success"])) - float(bool(base[t]["success"])) for t in shared])
 
 
 def _pct(estimate: dict[str, Any]) -> str:
@@ -376,6 +388,12 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         deltas = [_pct(c["arms"][a].get("delta_vs_base", {})) for a in compared]
         lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " |"
                      + "".join(f" {d} |" for d in deltas))
+    pooled = report.get("single_turn") or {}
+    if any(pooled.get(a, {}).get("tasks") for a in arms):
+        cells = [_pct(pooled[a]["success"]) + f" (n={pooled[a]['tasks']})" for a in arms]
+        deltas = [_pct(pooled[a].get("delta_vs_base", {})) for a in compared]
+        lines.append("| **BFCL single-turn, pooled** | " + str(pooled[arms[0]]["tasks"]) + " | " + " | ".join(cells)
+                     + " |" + "".join(f" {d} |" for d in deltas))
     multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
     if multi_turn:
         lines += ["", "Multi-turn BFCL, per-turn success (the share of an episode's turns BFCL's checker accepts "

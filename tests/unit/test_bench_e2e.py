@@ -58,8 +58,13 @@ def test_chunks_append_to_the_ledger_and_the_report_counts_every_chunk_so_far(tm
     first_stamp = (out / "simple" / "chunk-000" / "stamp.json").read_text()
     assert bench_e2e.main(["--recipe", str(path), "--max-chunks", "5"]) == 0  # the rest; chunk 0 is not rerun
     assert (out / "simple" / "chunk-000" / "stamp.json").read_text() == first_stamp
-    condition = json.loads((out / "report.json").read_text())["conditions"][0]
+    report = json.loads((out / "report.json").read_text())
+    condition = report["conditions"][0]
     assert condition["tasks_so_far"] == 3 and len(condition["chunks"]) == 2
+    # the single-turn conditions pooled: every task of every single-turn condition, per arm
+    assert report["single_turn"]["teacher"]["tasks"] == 3
+    assert report["single_turn"]["teacher"]["success"] == condition["arms"]["teacher"]["success"]
+    assert "| **BFCL single-turn, pooled** | 3 |" in (out / "report.md").read_text()
     assert "0 of 2 left" in capsys.readouterr().out.splitlines()[-1]
     # another configuration makes the finished chunks stale: they run again
     config = bench_e2e.load_bench(recipe(tmp_path, loop={"max_plan_steps": 3}))
