@@ -8,7 +8,9 @@ and ``heart.middleware`` both use).
 
 The graph is read from the source with :mod:`ast`: module-level import statements only
 (also inside a module-level ``try`` / ``if``), not imports inside a function or a class
-body's method, and not those under ``if TYPE_CHECKING:`` (they never run).
+body's method, and not those under ``if TYPE_CHECKING:`` (they never run). With
+``anywhere=True`` it also holds the imports inside functions: a lazy import closes a circle of
+dependencies as surely as one at the top, even when the order of execution hides it.
 """
 
 from __future__ import annotations
@@ -62,12 +64,23 @@ def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def imported_heart_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of ``heart`` that module ``name`` imports at module level."""
+def all_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement at any depth (inside functions too), but for those under ``if
+    TYPE_CHECKING:``."""
+    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                   for statement in block.body for node in ast.walk(statement)}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only]
+
+
+def imported_heart_modules(name: str, path: Path, modules: dict[str, Path], anywhere: bool = False) -> set[str]:
+    """The modules of ``heart`` that module ``name`` imports at module level (``anywhere``:
+    at any depth, :func:`all_imports`)."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in module_level_imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in (all_imports if anywhere else module_level_imports)(tree):
         if isinstance(node, ast.Import):
             targets |= {alias.name for alias in node.names}
             continue
@@ -85,9 +98,9 @@ def imported_heart_modules(name: str, path: Path, modules: dict[str, Path]) -> s
     return {t for t in targets if t in modules and t != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(anywhere: bool = False) -> dict[str, set[str]]:
     modules = heart_modules()
-    return {name: imported_heart_modules(name, path, modules) for name, path in modules.items()}
+    return {name: imported_heart_modules(name, path, modules, anywhere) for name, path in modules.items()}
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -181,6 +194,42 @@ def test_heart_has_no_import_cycle():
         print("import cycle: " + " -> ".join(cycle))
     assert not cycles, "import cycles among heart's modules (module-level imports):\n" + \
         "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_graph_reads_imports_at_any_depth_when_asked(tmp_path):
+    source = ("import heart.x\ndef f():\n    from heart.late import g\n"
+              "class C:\n    def m(self):\n        import heart.later\n"
+              "if TYPE_CHECKING:\n    from heart.typed import T\n")
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    modules = {f"heart.{n}": tmp_path for n in ("x", "late", "later", "typed", "mod")}
+    assert imported_heart_modules("heart.mod", path, modules, anywhere=True) == {"heart.x", "heart.late", "heart.later"}
+
+
+def test_heart_has_no_import_circle_even_through_lazy_imports():
+    graph = import_graph(anywhere=True)
+    assert sum(len(edges) for edges in graph.values()) > 100  # the finder sees the imports at all
+    assert "heart.environments.bfcl" in graph["heart.environments"]  # imported inside load_environment
+    assert "heart.toolface" not in graph["heart.provenance"]  # imported under TYPE_CHECKING only
+    cycles = find_cycles(graph)
+    assert not cycles, "modules of heart/ that import each other (at any depth):\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_runtime_reaches_no_environment_library_primitive_or_toolface():
+    """Model serving stands below what the loop runs over: the gold teacher, which reads
+    environments, the library, primitives and ToolFace, lives on the data side."""
+    graph = import_graph(anywhere=True)
+    reached, todo = set(), [name for name in graph if name.startswith("heart.runtime")]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += graph[name]
+    assert "heart.roles.router" in reached  # the finder follows the runtime's imports at all
+    above = sorted(name for name in reached if name.startswith(("heart.environments", "heart.library",
+                                                                "heart.primitives", "heart.toolface")))
+    assert not above, f"heart/runtime/ reaches {above}"
 
 
 def test_middleware_and_primitives_share_the_correctors_without_a_circle():
