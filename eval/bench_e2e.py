@@ -64,6 +64,11 @@ class Condition:
     """BFCL's category (None: multi_turn_base; AgentDojo: none)."""
     tasks: Annotated[int, Field(ge=0)] = 50
     """Test-split tasks measured, the first of the split in its stable order (0: all)."""
+    chunk_tasks: Annotated[int, Field(gt=0)] | None = None
+    """Tasks per chunk for this condition (None: the recipe's): multi-step episodes run a
+    tenth as fast as single-turn ones, so their chunks are smaller to stay within the hour."""
+    concurrency: Annotated[int, Field(gt=0)] | None = None
+    """Episodes in flight per side for this condition (None: the recipe's)."""
 
 
 @dataclass
@@ -134,8 +139,9 @@ def plan_chunks(config: BenchConfig) -> list[Chunk]:
     chunks = []
     for condition in config.conditions:
         tasks = condition_tasks(condition)
-        for index, start in enumerate(range(0, len(tasks), config.chunk_tasks)):
-            chunks.append(Chunk(condition, index, tasks[start:start + config.chunk_tasks],
+        size = condition.chunk_tasks or config.chunk_tasks
+        for index, start in enumerate(range(0, len(tasks), size)):
+            chunks.append(Chunk(condition, index, tasks[start:start + size],
                                 Path(config.out) / condition.name / f"chunk-{index:03d}"))
     return chunks
 
@@ -145,7 +151,8 @@ def chunk_commands(config: BenchConfig, chunk: Chunk, resume: bool) -> list[list
     (one process, one engine), every other arm on its own."""
     c = chunk.condition
     common = ["--env", c.env, *(["--category", c.category] if c.category else []), "--split", "test",
-              "--model", config.model, "--engine", config.engine, "--concurrency", str(config.concurrency),
+              "--model", config.model, "--engine", config.engine,
+              "--concurrency", str(c.concurrency or config.concurrency),
               *loop_flags(config.loop), *[a for t in chunk.tasks for a in ("--task", t)],
               *(["--resume"] if resume else [])]
     base = next((a for a in config.arms if a.roles == "base"), None)

@@ -323,11 +323,18 @@ def _environment_flags(env: str, category: str | None, config: PipelineConfig) -
 
 
 def _custom_inputs(config: PipelineConfig) -> list[Path]:
-    """The files of the environment ``custom`` whose bytes its stages read: the tasks file, and
-    the tools when they are a .py file (a server is not a file: its own version is its own)."""
+    """The files of the environment ``custom`` whose bytes its stages read: the tasks file, the
+    tools when they are a .py file (a server is not a file: its own version is its own), and
+    the files the tasks' ``setup`` commands name (a script that builds the initial state)."""
     if not config.tasks:
         return []
-    return [Path(config.tasks), *([Path(config.tools)] if config.tools and Path(config.tools).is_file() else [])]
+    from heart.environments.custom import load_tasks
+
+    folder = Path(config.tasks).parent  # (relative as the recipe gives it: keys stay the same in any clone)
+    setup_files = sorted({folder / word for task in load_tasks(config.tasks) for word in task.meta.get("setup", [])[1:]
+                          if (folder / word).is_file()})
+    return [Path(config.tasks), *([Path(config.tools)] if config.tools and Path(config.tools).is_file() else []),
+            *setup_files]
 
 
 def stages(config: PipelineConfig, recipe_dir: Path) -> list[Stage]:

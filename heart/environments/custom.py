@@ -14,7 +14,14 @@ and the field of anything wrong)::
      "expected_calls": [[{"name": "add_note", "arguments": {"text": "milk"}}], [{"name": "list_notes"}]]}
 
 ``request`` is one turn (a string) or several (a list); ``expected_calls`` is optional: for a
-one-turn task a list of calls, for several turns a list per turn. A task with expected calls is
+one-turn task a list of calls, for several turns a list per turn. ``setup`` (optional, for
+tools served by a stdio MCP server) is a command that prepares the task's initial state: it
+runs from the tasks file's folder (``python`` is this interpreter) with a fresh, empty
+directory as its last argument, and the episode's server then starts in that directory::
+
+    {"id": "git-3", "setup": "python make_repo.py", "request": "Show the status of ./project.",
+     "expected_calls": [{"name": "git_status", "arguments": {"repo_path": "project"}}]}
+ A task with expected calls is
 scored by :func:`check_calls`, BFCL's AST-checker rules: per turn, every expected call is
 matched by one call the agent made (any order) with the same function, every expected
 argument present with an equal value (numbers as numbers, strings without case, spaces and
@@ -36,6 +43,8 @@ import importlib.util
 import inspect
 import json
 import re
+import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +71,10 @@ class ToolRegistrationError(UserError):
     """A function that cannot be a tool; the message names it and says why."""
 
 
+SETUP_TIMEOUT_S = 120.0
+"""Deadline of one task's ``setup`` command."""
+
+
 # -- the tasks file ----------------------------------------------------------------------------
 
 class _Call(BaseModel):
@@ -75,6 +88,7 @@ class _TaskLine(BaseModel):
     id: str = Field(min_length=1)
     request: str | list[str]
     expected_calls: list[_Call] | list[list[_Call]] | None = None
+    setup: str | None = Field(default=None, min_length=1)
 
     @field_validator("request")
     @classmethod
@@ -116,7 +130,14 @@ def load_tasks(path: str | Path) -> list[Task]:
             gold = [[ToolCall(c.name, c.arguments) for c in calls] for calls in per_turn]
         if entry.id in tasks:
             raise TasksFileError(f"{path}: line {number}: field 'id': {entry.id!r} is the id of an earlier task")
-        tasks[entry.id] = Task(task_id=entry.id, env=NAME, turns=turns, gold=gold)
+        meta = {}
+        if entry.setup is not None:
+            argv = shlex.split(entry.setup)
+            if not argv:
+                raise TasksFileError(f"{path}: line {number}: field 'setup': an empty command")
+            meta = {"setup": [sys.executable if argv[0] in ("python", "python3") else argv[0], *argv[1:]],
+                    "setup_from": str(path.resolve().parent)}
+        tasks[entry.id] = Task(task_id=entry.id, env=NAME, turns=turns, gold=gold, meta=meta)
     if not tasks:
         raise TasksFileError(f"{path}: no tasks")
     return list(tasks.values())
@@ -258,6 +279,8 @@ class CustomEnvironment(CatalogEnvironment):
     def __init__(self, tasks: str | Path, tools: list[Tool] | None = None, specs: list[ToolSpec] | None = None):
         self.tasks_file = str(tasks)
         self._tasks = {t.task_id: t for t in load_tasks(tasks)}
+        if tools is not None:
+            _refuse_setup(self, "Python functions run in this process, beside every other episode's")
         self._tools = tools
         self._specs = [t.spec for t in tools] if tools is not None else list(specs or [])
 
@@ -286,6 +309,36 @@ def custom_mcp_environment(tasks: str | Path, server: Any, **options: Any):
     with this environment as its benchmark)."""
     from heart.environments.mcp import MCPEnvironment
 
+    from heart.environments.mcp import StdioServer
+
     probe = MCPEnvironment(server, name=NAME, **options)
     checker = CustomEnvironment(tasks, specs=probe.catalog())
-    return MCPEnvironment(server, benchmark=checker, name=NAME, **options)
+    if not isinstance(server, StdioServer):
+        _refuse_setup(checker, f"the server at {server} is not started by this toolkit")
+    setup = run_setup if any(t.meta.get("setup") for t in checker._tasks.values()) else None
+    return MCPEnvironment(server, benchmark=checker, name=NAME, episode_setup=setup, **options)
+
+
+def _refuse_setup(environment: CustomEnvironment, why: str) -> None:
+    first = next((t.task_id for t in environment._tasks.values() if t.meta.get("setup")), None)
+    if first is not None:
+        raise TasksFileError(f"{environment.tasks_file}: task {first!r}: field 'setup' prepares a directory for a "
+                             f"stdio MCP server (--tools mcp:COMMAND) to start in; {why}")
+
+
+def run_setup(task: Task, directory: Path) -> None:
+    """Run ``task``'s setup command on the episode's fresh ``directory`` (the module
+    docstring); a command that fails or hangs fails the episode's start, naming the task."""
+    from heart.environments.mcp import MCPServerError
+
+    argv = task.meta.get("setup")
+    if not argv:
+        return
+    try:
+        done = subprocess.run([*argv, str(directory)], cwd=task.meta["setup_from"], capture_output=True, text=True,
+                              timeout=SETUP_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise MCPServerError(f"task {task.task_id}: setup {' '.join(argv)!r} did not run: {err}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise MCPServerError(f"task {task.task_id}: setup {' '.join(argv)!r} exited with {done.returncode}: {tail[0]}")

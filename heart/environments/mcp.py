@@ -37,8 +37,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import json
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO, Union
 
 from heart.environments.base import (
@@ -318,6 +320,8 @@ class MCPSession(LoggedSession):
         """Why this session's tool calls can no longer be trusted (the server died, hung past
         the deadline, or answered with something that is not a tool result), once one did."""
         self._shadow: EnvironmentSession | None = None
+        self.workdir: tempfile.TemporaryDirectory | None = None
+        """The episode's own directory, the server's working directory (``episode_setup``)."""
         if env.benchmark is not None:
             # A fresh session of the benchmark, untouched until scoring: the user who answers
             # clarifications, and the state the calls are replayed on for the checker.
@@ -368,7 +372,11 @@ class MCPSession(LoggedSession):
         return EpisodeScore(verdict.score, verdict.success, details)
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            self.client.close()
+        finally:
+            if self.workdir is not None:
+                self.workdir.cleanup()
 
 
 class MCPEnvironment:
@@ -377,13 +385,18 @@ class MCPEnvironment:
     ``server`` is a :class:`StdioServer` or :class:`HttpServer`, or a function of the task
     giving one (a server started in the task's initial state). ``benchmark`` supplies tasks,
     splits, the clarifying user and the checker; ``task_ids`` limits its tasks to these.
+    ``episode_setup(task, directory)``, when given, prepares a fresh directory for each
+    episode, in which a stdio server then starts (its working directory), removed when the
+    session closes.
     """
 
     def __init__(self, server: ServerSpec | Callable[[Task], ServerSpec], *,
                  benchmark: Environment | None = None, task_ids: Sequence[str] | None = None,
                  name: str = "mcp", call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, errlog: TextIO | None = None):
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, errlog: TextIO | None = None,
+                 episode_setup: Callable[[Task, Path], None] | None = None):
         self.name = name
+        self.episode_setup = episode_setup
         self.server = server
         self.benchmark = benchmark
         self.call_timeout_s = call_timeout_s
@@ -415,8 +428,15 @@ class MCPEnvironment:
             return self.server(task)
         return self.server
 
-    def connect(self, task: Task | None = None) -> MCPClient:
-        return MCPClient(self.server_for(task), connect_timeout_s=self.connect_timeout_s,
+    def connect(self, task: Task | None = None, cwd: str | None = None) -> MCPClient:
+        """A connection to the server for ``task``; a stdio server started in ``cwd`` when given."""
+        server = self.server_for(task)
+        if cwd is not None:
+            if not isinstance(server, StdioServer):
+                raise ValueError(f"an episode's working directory applies to a server this environment starts, "
+                                 f"not to {server}")
+            server = dataclasses.replace(server, cwd=cwd)
+        return MCPClient(server, connect_timeout_s=self.connect_timeout_s,
                          call_timeout_s=self.call_timeout_s, errlog=self.errlog)
 
     # -- tasks ---------------------------------------------------------------------------
@@ -467,9 +487,27 @@ class MCPEnvironment:
             return list(self._catalog)
 
     def start(self, task: Task) -> MCPSession:
-        client = self.connect(task)
+        workdir = None
+        if self.episode_setup is not None:
+            # a fresh directory per episode, prepared before the server starts in it: tools
+            # that work on files (a git repository) see the task's initial state, never
+            # another episode's changes
+            workdir = tempfile.TemporaryDirectory(prefix="heart-episode-")
+            try:
+                self.episode_setup(task, Path(workdir.name))
+            except BaseException:
+                workdir.cleanup()
+                raise
         try:
-            return MCPSession(self, task, client)
+            client = self.connect(task, cwd=workdir.name if workdir else None)
+            try:
+                session = MCPSession(self, task, client)
+            except BaseException:
+                client.close()
+                raise
         except BaseException:
-            client.close()
+            if workdir is not None:
+                workdir.cleanup()
             raise
+        session.workdir = workdir
+        return session

@@ -35,11 +35,26 @@ def test_the_base_runs_beside_the_first_adapter_set_and_other_arms_alone(tmp_pat
     assert len(chunk.tasks) == 2 and all(t.startswith("simple_python_") for t in chunk.tasks)
 
 
+def test_a_condition_sets_its_own_chunk_size_and_concurrency_without_touching_the_others(tmp_path):
+    config = bench_e2e.load_bench(recipe(tmp_path, conditions=[
+        {"name": "simple", "env": "bfcl", "category": "simple", "tasks": 3},
+        {"name": "multi", "env": "bfcl", "category": "multi_turn_base", "tasks": 3, "chunk_tasks": 1,
+         "concurrency": 4}]))
+    chunks = bench_e2e.plan_chunks(config)
+    assert [(c.condition.name, len(c.tasks)) for c in chunks] == [("simple", 2), ("simple", 1), ("multi", 1),
+                                                                  ("multi", 1), ("multi", 1)]
+    flags = [(cmd := bench_e2e.chunk_commands(config, c, resume=False)[0])[cmd.index("--concurrency") + 1]
+             for c in (chunks[0], chunks[2])]
+    assert flags == ["2", "4"]
+
+
 @pytest.mark.parametrize("bad, words", [({"arms": [{"name": "a", "roles": "base"}, {"name": "b", "roles": "base"}]},
                                          "at most one arm is the base"),
                                         ({"conditions": [{"name": "x", "env": "agentdojo", "category": "simple"}]},
                                          "category applies to bfcl only"),
                                         ({"chunk_tasks": 0}, "chunk_tasks"),
+                                        ({"conditions": [{"name": "x", "env": "agentdojo", "chunk_tasks": 0}]},
+                                         "chunk_tasks"),
                                         ({"loop": {"router_mode": "sideways"}}, "router_mode")])
 def test_a_bad_recipe_is_refused_naming_the_field(tmp_path, bad, words, capsys):
     assert bench_e2e.main(["--recipe", str(recipe(tmp_path, **bad))]) == 2

@@ -135,3 +135,64 @@ def test_heart_run_takes_the_custom_environment(tmp_path, capsys):
     assert f"{task}=1.00" in capsys.readouterr().out
     assert main(["run", "--env", "custom", "--task", task]) == 2
     assert "--env custom needs --tasks FILE" in capsys.readouterr().err
+
+
+GIT_TASKS = Path(__file__).resolve().parents[2] / "examples" / "your-tools" / "git-tasks.jsonl"
+
+
+def test_a_task_with_setup_runs_its_stdio_server_in_a_fresh_directory_of_its_own():
+    """The worked example's git tasks: each episode's repository is built by the task's setup,
+    a commit in one episode is not seen by the next, and the directory goes with the session."""
+    environment = load_environment("custom", tasks=str(GIT_TASKS), tools="mcp:python -m mcp_server_git")
+    task = environment.load_task("commit-1")
+    first = environment.start(task)
+    directory = Path(first.workdir.name)
+    assert (directory / "project" / ".git").is_dir()
+    first.start_turn(0)
+    tools = {t.name: t.fn for t in first.tools}
+    assert "CHANGELOG.md" in tools["git_status"](repo_path="project")  # staged by the setup
+    tools["git_commit"](repo_path="project", message="Add changelog")
+    assert "Add changelog" in tools["git_log"](repo_path="project", max_count=1)
+    first.finish_turn(0, "Committed.")
+    assert not first.score().success  # the calls beyond the expected one count against it  # the expected call, made through the server
+    second = environment.start(task)
+    try:
+        assert Path(second.workdir.name) != directory
+        second.start_turn(0)
+        log = {t.name: t.fn for t in second.tools}["git_log"](repo_path="project", max_count=1)
+        assert "Add changelog" not in log and "Test addition" in log  # the setup's history, not the first episode's
+    finally:
+        second.close()
+        first.close()
+    assert not directory.exists()
+
+
+def test_a_failing_setup_fails_its_episode_naming_the_task_and_the_rest_go_on(tmp_path):
+    from heart_distill.cli import main
+
+    (tmp_path / "make.py").write_text("import sys\nsys.exit('no repository today')\n")
+    good = json.loads(GIT_TASKS.read_text().splitlines()[0])
+    tasks = tmp_path / "tasks.jsonl"
+    fixture = Path(GIT_TASKS).parent / "make_repo.py"
+    test_ids = [f"task-{i}" for i in range(200) if split_of("custom", f"task-{i}") == "test"][:4]
+    broken, *fine = test_ids
+    lines = [{**good, "id": task_id, "setup": f"python {fixture}"} for task_id in fine]
+    lines.append({**good, "id": broken, "setup": "python make.py"})
+    tasks.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "e2e"
+    assert main(["eval", "e2e", "--env", "custom", "--tasks", str(tasks), "--tools", "mcp:python -m mcp_server_git",
+                 "--roles", "teacher:gold", "--limit", "4", "--out", str(out)]) == 0
+    rows = {r["task_id"]: r for r in map(json.loads, (out / "episodes.jsonl").read_text().splitlines())}
+    assert rows[broken]["errored"] and f"task {broken}: setup" in rows[broken]["error"]
+    assert "no repository today" in rows[broken]["error"]
+    assert all(rows[task_id]["success"] and not rows[task_id]["errored"] for task_id in fine)
+
+
+def test_setup_is_refused_for_tools_that_run_in_this_process_and_an_empty_one_names_its_line(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "a", "request": "hi", "setup": "python make.py"}) + "\n")
+    with pytest.raises(TasksFileError, match="task 'a': field 'setup' prepares a directory for a stdio MCP server"):
+        CustomEnvironment(tasks, python_tools(TOOLS))
+    tasks.write_text(json.dumps({"id": "a", "request": "hi", "setup": "   "}) + "\n")
+    with pytest.raises(TasksFileError, match="line 1: field 'setup'"):
+        load_tasks(tasks)

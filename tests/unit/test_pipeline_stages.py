@@ -251,7 +251,7 @@ def test_bad_pipeline_recipe_names_what_is_wrong(tmp_path, content, expected):
 
 
 @pytest.mark.parametrize("path", sorted([*(REPO / "recipes").glob("*/pipeline.yaml"), *(REPO / "recipes").glob("*/benchmark*.yaml"),
-                                         *(REPO / "recipes").glob("*/your-tools.yaml")]),
+                                         *(REPO / "recipes").glob("*/your-tools*.yaml")]),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_shipped_pipeline_recipes_load(path):
     config, folder = load_pipeline(path)
@@ -499,3 +499,12 @@ def test_a_custom_recipe_runs_every_episode_stage_over_its_tasks_file_and_tools(
     before = pipeline.stage_key(by_name["collect"])
     (tmp_path / "tasks.jsonl").write_text('{"id": "a", "request": "Say hello."}\n')
     assert pipeline.stage_key(by_name["collect"]) != before
+    # a script a task's setup runs is an input too: its bytes decide the tasks' initial state
+    (tmp_path / "make_state.py").write_text("print('v1')\n")
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "request": "Say hi.", "setup": "python make_state.py"}\n')
+    config, folder = load_pipeline(recipe)
+    collect = {s.name: s for s in pipeline.stages(config, folder)}["collect"]
+    assert Path("make_state.py") in collect.inputs
+    before = pipeline.stage_key(collect)
+    (tmp_path / "make_state.py").write_text("print('v2')\n")
+    assert pipeline.stage_key(collect) != before
