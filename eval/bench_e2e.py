@@ -8,9 +8,12 @@ A recipe names conditions (an environment, a BFCL category, how many test-split 
 arms (the unadapted base, adapter sets, the gold teacher). Each condition's tasks are cut into
 chunks of ``chunk_tasks``; a chunk runs every arm on its tasks with ``heart eval e2e`` (the
 base beside the first adapter set in one process, one engine, one batch), each arm into its
-own folder under ``<out>/<condition>/chunk-NNN/``. The folders are the ledger: a chunk whose
-``stamp.json`` holds the key of what it would run now is done and skipped, an interrupted one
-continues (``heart eval e2e --resume``), and one run under another configuration runs again.
+own folder under ``<out>/<condition>/chunk-NNN/``. The folders are the ledger: a chunk's
+``stamp.json`` holds the key of each command that finished in it (its command line, the bytes of
+the adapters it serves, the formats and splits versions); a command whose key is current is
+done and skipped, an interrupted one continues (``heart eval e2e --resume``), one run under
+another configuration runs again, and an arm added to the recipe later (another distillation
+seed, a joint adapter) runs alone on the chunks already done.
 Chunks run in recipe order, cheapest and most decisive conditions first, so a session that
 runs a few chunks and commits the folder leaves a result and the next session resumes it.
 
@@ -78,6 +81,10 @@ class Arm:
     roles: str
     """What answers the roles: ``base``, an adapters folder (relative to the recipe's
     folder's repository, like every path here), or ``teacher:gold``."""
+    seed_of: str | None = None
+    """This arm is another distillation seed of the arm named here (the same recipe and rows
+    with another ``sft.seed``: data order and LoRA init): the report gives MeanLift,
+    WorstLift, RR0 and RelLift95 over base across the group."""
 
 
 @dataclass
@@ -110,6 +117,11 @@ def load_bench(path: str | Path) -> BenchConfig:
         raise RecipeError(f"{path}: arm and condition names must be distinct")
     if sum(a.roles == "base" for a in config.arms) > 1:
         raise RecipeError(f"{path}: at most one arm is the base")
+    for arm in config.arms:
+        if arm.seed_of is not None and arm.seed_of not in [a.name for a in config.arms if a.seed_of is None]:
+            raise RecipeError(f"{path}: arm {arm.name}: seed_of names no other arm: {arm.seed_of!r}")
+        if arm.seed_of is not None and (arm.roles == "base" or arm.roles.startswith("teacher:")):
+            raise RecipeError(f"{path}: arm {arm.name}: seed_of applies to adapter sets only")
     for condition in config.conditions:
         if condition.env != "bfcl" and condition.category is not None:
             raise RecipeError(f"{path}: condition {condition.name}: category applies to bfcl only")
@@ -169,13 +181,18 @@ def chunk_commands(config: BenchConfig, chunk: Chunk, resume: bool) -> list[list
     return commands
 
 
-def chunk_key(config: BenchConfig, chunk: Chunk) -> str:
-    """What decides a chunk's episodes: its commands (without --resume), the adapters' bytes
-    (manifests and weights) and the formats and splits versions."""
-    adapters = sorted({a.roles for a in config.arms if Path(a.roles).is_dir()})
-    payload = json.dumps({"commands": chunk_commands(config, chunk, resume=False), "formats": FORMATS_VERSION,
+def command_arms(command: list[str]) -> list[str]:
+    """The arms a chunk command answers for (the folders it writes): its label in the stamp."""
+    return [Path(command[command.index(flag) + 1]).name for flag in ("--out", "--base-out") if flag in command]
+
+
+def command_key(command: list[str]) -> str:
+    """What decides a command's episodes: the command line (without --resume), the bytes of the
+    adapters it serves (manifests and weights) and the formats and splits versions."""
+    roles = command[command.index("--roles") + 1]
+    payload = json.dumps({"command": [a for a in command if a != "--resume"], "formats": FORMATS_VERSION,
                           "splits": SPLITS_VERSION,
-                          "adapters": {path: _adapter_fingerprint(path) for path in adapters}}, sort_keys=True)
+                          "adapters": _adapter_fingerprint(roles) if Path(roles).is_dir() else None}, sort_keys=True)
     return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -185,31 +202,57 @@ def _adapter_fingerprint(path: str) -> str:
     return fingerprint([Path(path)])
 
 
+def _read_stamp(chunk: Chunk) -> dict[str, Any]:
+    path = chunk.folder / STAMP
+    return json.loads(path.read_text()) if path.is_file() else {"tasks": chunk.tasks, "wall_s": 0.0, "commands": {}}
+
+
+def command_state(chunk: Chunk, command: list[str], stamp: dict[str, Any] | None = None) -> str:
+    """"done" (the chunk's stamp holds this command's current key), "stale" (stamped under
+    another configuration: its folders run again), "partial" (started, not stamped: resume)
+    or "new"."""
+    stamp = stamp if stamp is not None else _read_stamp(chunk)
+    label = ",".join(command_arms(command))
+    if label in stamp["commands"]:
+        return "done" if stamp["commands"][label]["key"] == command_key(command) else "stale"
+    return "partial" if any((chunk.folder / arm).is_dir() for arm in command_arms(command)) else "new"
+
+
 def chunk_state(config: BenchConfig, chunk: Chunk) -> str:
-    """"done" (its stamp holds the current key), "partial" (started, not done: resume), "stale"
-    (done under another configuration: run again) or "new"."""
-    stamp = chunk.folder / STAMP
-    if stamp.is_file():
-        return "done" if json.loads(stamp.read_text())["key"] == chunk_key(config, chunk) else "stale"
-    return "partial" if chunk.folder.is_dir() else "new"
+    """"done" when every arm's command is (an arm added to the recipe later runs alone on the
+    chunks already done), else "stale", "partial" or "new" by its commands' states."""
+    stamp = _read_stamp(chunk)
+    states = {command_state(chunk, c, stamp) for c in chunk_commands(config, chunk, resume=False)}
+    return next((s for s in ("stale", "partial", "new") if s in states), "done")
 
 
 def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
-    """Run (or continue) one chunk; its wall time. Raises CalledProcessError on a failed arm."""
-    state = chunk_state(config, chunk)
-    if state == "stale":
-        shutil.rmtree(chunk.folder)
+    """Run (or continue) the commands of a chunk that are not done, stamping each as it
+    finishes; their wall time. Raises CalledProcessError on a failed arm."""
     chunk.folder.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    for command in chunk_commands(config, chunk, resume=state == "partial"):
+    wall_s = 0.0
+    for command in chunk_commands(config, chunk, resume=False):
+        stamp = _read_stamp(chunk)
+        state = command_state(chunk, command, stamp)
+        if state == "done":
+            continue
+        for arm in command_arms(command):
+            if state == "stale":
+                shutil.rmtree(chunk.folder / arm, ignore_errors=True)
+        if state == "partial":
+            command = [*command, "--resume"]
         print(f"bench: $ {' '.join(command[:4])} ... --out {command[command.index('--out') + 1]}", flush=True)
+        started = time.perf_counter()
         subprocess.run(heart_argv(command), env=STAGE_ENV, check=True)
-    wall_s = round(time.perf_counter() - started, 1)
-    compress_traces(chunk.folder)
-    publish_text(chunk.folder / STAMP, json.dumps({
-        "key": chunk_key(config, chunk), "tasks": chunk.tasks, "wall_s": wall_s,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
-    return wall_s
+        took = round(time.perf_counter() - started, 1)
+        wall_s += took
+        compress_traces(chunk.folder)
+        finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp["commands"][",".join(command_arms(command))] = {"key": command_key(command), "wall_s": took,
+                                                              "finished_at": finished}
+        stamp.update(wall_s=round(stamp["wall_s"] + took, 1), finished_at=finished)
+        publish_text(chunk.folder / STAMP, json.dumps(stamp, indent=1) + "\n")
+    return round(wall_s, 1)
 
 
 def compress_traces(folder: Path) -> None:
@@ -315,6 +358,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
     budget = LoopConfig(**config.loop).replan_budget
     conditions = []
     pooled: dict[str, dict[tuple[str, str], dict[str, Any]]] = {arm.name: {} for arm in config.arms}
+    by_condition: dict[str, dict[str, dict[str, Any]]] = {arm.name: {} for arm in config.arms}
     for condition in config.conditions:
         mine = [c for c in chunks if c.condition is condition]
         done = [c for c in mine if (c.folder / STAMP).is_file()]
@@ -322,9 +366,11 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
         environment = load_environment(condition.env, condition.category) if done else None  # once per condition
         arms = {}
         for arm in config.arms:
-            episodes = {t: r for c in done for t, r in _episodes(c.arm_folder(arm)).items()}
+            # the chunks whose stamp holds this arm's command: an arm added later has fewer
+            finished = [c for c, s in zip(done, stamps) if any(arm.name in label.split(",") for label in s["commands"])]
+            episodes = {t: r for c in finished for t, r in _episodes(c.arm_folder(arm)).items()}
             broke: dict[str, int] = dict.fromkeys(FAILURE_POINTS, 0)
-            for c in done:
+            for c in finished:
                 for point, n in failure_points(c.arm_folder(arm), environment, budget).items():
                     broke[point] += n
             turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
@@ -334,7 +380,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                               # before its first failing one, averaged over episodes
                               **({"per_turn_success": _estimate([r["checker"]["turns_passed"] / r["checker"]["turns"]
                                                                  for r in turns])} if turns else {}),
-                              "errored": sum(len(c.tasks) for c in done) - len(episodes),
+                              "errored": sum(len(c.tasks) for c in finished) - len(episodes),
                               "failure_points": broke, "_episodes": episodes}
         if base is not None:
             for arm in config.arms:
@@ -342,6 +388,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                     arms[arm.name]["delta_vs_base"] = _paired(arms[arm.name]["_episodes"], arms[base.name]["_episodes"])
         for name, figures in arms.items():
             episodes = figures.pop("_episodes")
+            by_condition[name][condition.name] = episodes
             if condition.env == "bfcl" and condition.category in BFCL_SINGLE_TURN_CATEGORIES:
                 pooled[name].update({(condition.name, t): r for t, r in episodes.items()})
         conditions.append({"name": condition.name, "env": condition.env, "category": condition.category,
@@ -358,7 +405,45 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
             if arm is not base:
                 single_turn[arm.name]["delta_vs_base"] = _paired(pooled[arm.name], pooled[base.name])
     return {"recipe": asdict(config), "conditions": conditions, "single_turn": single_turn,
+            "seeds": seed_figures(config, by_condition) if base is not None else {},
             "compute_s": sum(ch["wall_s"] for c in conditions for ch in c["chunks"])}
+
+
+def seed_figures(config: BenchConfig, by_condition: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Per group of distillation seeds (an arm and the arms ``seed_of`` it): each seed's lift
+    over the base in points, paired on the tasks both scored, on every condition all of the
+    group's seeds have finished tasks in; Lift_s pools those tasks. MeanLift, RR0 and
+    RelLift95 (the 5th percentile of one seed's lift: no gate statistic chooses among seeds)
+    over the Lift_s; WorstLift the smallest condition mean (:mod:`heart_distill.eval.stats`)."""
+    from heart_distill.eval.stats import lifts, mean_lift, rel_lift95, rr0, worst_lift
+
+    base = next(a for a in config.arms if a.roles == "base").name
+    groups = {}
+    for head in (a for a in config.arms if a.seed_of is None):
+        members = [head.name, *(a.name for a in config.arms if a.seed_of == head.name)]
+        if len(members) < 2:
+            continue
+        shared = [c.name for c in config.conditions if all(by_condition[m].get(c.name) for m in members)]
+        if not shared:
+            continue
+        per_seed, per_condition = [], {c: [] for c in shared}
+        for member in members:
+            pairs = [(by_condition[member][c][t], by_condition[base][c][t]) for c in shared
+                     for t in by_condition[member][c] if t in by_condition[base].get(c, {})]
+            lift = float(lifts(np.array([[float(bool(m["success"])) for m, _ in pairs]]),
+                               np.array([float(bool(b["success"])) for _, b in pairs]))[0])
+            per_seed.append({"arm": member, "lift": lift, "tasks": len(pairs)})
+            for c in shared:
+                tasks = [t for t in by_condition[member][c] if t in by_condition[base].get(c, {})]
+                per_condition[c].append(float(lifts(
+                    np.array([[float(bool(by_condition[member][c][t]["success"])) for t in tasks]]),
+                    np.array([float(bool(by_condition[base][c][t]["success"])) for t in tasks]))[0]))
+        values = [p["lift"] for p in per_seed]
+        worst, where = worst_lift(per_condition)
+        groups[head.name] = {"conditions": shared, "per_seed": per_seed, "mean_lift": mean_lift(values),
+                             "worst_lift": worst, "worst_condition": where, "rr0": rr0(values),
+                             "rel_lift95": rel_lift95(np.zeros(len(values)), values, runs_per_draw=1)}
+    return groups
 
 
 def _paired(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -418,6 +503,16 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
             broke = c["arms"][a]["failure_points"]
             lines.append(f"| {c['name']} | {a} | {sum(broke.values())} | "
                          + " | ".join(str(broke[p]) for p in FAILURE_POINTS) + " |")
+    for head, group in (report.get("seeds") or {}).items():
+        seeds = len(group["per_seed"])
+        lines += ["", f"Distillation seeds of `{head}` ({seeds} adapter sets; lift over the base in points, paired on "
+                  f"the tasks both scored, over {', '.join(group['conditions'])}):", "",
+                  "| arm | Lift_s | tasks |", "|---|---:|---:|"]
+        lines += [f"| {p['arm']} | {p['lift']:+.1f} | {p['tasks']} |" for p in group["per_seed"]]
+        lines += ["", f"MeanLift {group['mean_lift']:+.1f} · WorstLift {group['worst_lift']:+.1f} "
+                  f"({group['worst_condition']}) · RR0 {100 * group['rr0']:.0f}% · RelLift95 {group['rel_lift95']:+.1f}"
+                  + (" — with fewer than 8 seeds a 5th percentile is the smallest lift or near it: it decides "
+                     "nothing" if seeds < 8 else "")]
     lines += ["", "Chunks (wall time on the machine above):", ""]
     for c in report["conditions"]:
         for ch in c["chunks"]:

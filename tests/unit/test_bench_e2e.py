@@ -86,6 +86,53 @@ def test_chunks_append_to_the_ledger_and_the_report_counts_every_chunk_so_far(tm
     assert {bench_e2e.chunk_state(config, c) for c in bench_e2e.plan_chunks(config)} == {"stale"}
 
 
+def test_an_arm_added_later_runs_alone_on_the_finished_chunks(tmp_path):
+    path = recipe(tmp_path)
+    out = tmp_path / "bench"
+    assert bench_e2e.main(["--recipe", str(path), "--max-chunks", "5"]) == 0
+    chunk = out / "simple" / "chunk-000"
+    teacher_trace = (chunk / "teacher" / "trace.jsonl.gz").read_bytes()
+    first_stamp = json.loads((chunk / "stamp.json").read_text())
+    path = recipe(tmp_path, arms=[{"name": "teacher", "roles": "teacher:gold"},
+                                  {"name": "again", "roles": "teacher:gold"}])
+    config = bench_e2e.load_bench(path)
+    assert {bench_e2e.chunk_state(config, c) for c in bench_e2e.plan_chunks(config)} == {"new"}
+    assert bench_e2e.main(["--recipe", str(path), "--max-chunks", "5"]) == 0
+    stamp = json.loads((chunk / "stamp.json").read_text())
+    assert stamp["commands"]["teacher"] == first_stamp["commands"]["teacher"]  # not run again
+    assert (chunk / "teacher" / "trace.jsonl.gz").read_bytes() == teacher_trace
+    assert set(stamp["commands"]) == {"teacher", "again"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["conditions"][0]["arms"]["again"]["tasks"] == 3
+
+
+def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
+    """Three seed arms against the base, on episodes written as ``heart eval e2e`` writes them."""
+    seeds = {"d0": [1, 1, 0, 0], "d1": [1, 0, 0, 0], "d2": [0, 0, 0, 0]}
+    arms = [{"name": "base", "roles": "base"}, {"name": "d0", "roles": str(tmp_path / "a0")},
+            *({"name": n, "roles": str(tmp_path / n), "seed_of": "d0"} for n in ("d1", "d2"))]
+    config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=4, conditions=[
+        {"name": "simple", "env": "bfcl", "category": "simple", "tasks": 4}]))
+    (chunk,) = bench_e2e.plan_chunks(config)
+    base_success = [0, 1, 0, 0]
+    for arm, success in [("base", base_success), *seeds.items()]:
+        folder = chunk.folder / arm
+        folder.mkdir(parents=True)
+        (folder / "episodes.jsonl").write_text("".join(
+            json.dumps({"task_id": t, "success": bool(s), "errored": False, "checker": {}}) + "\n"
+            for t, s in zip(chunk.tasks, success)))
+    commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x"}
+                for c in bench_e2e.chunk_commands(config, chunk, resume=False)}
+    (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 1.0,
+                                                         "finished_at": "now", "commands": commands}))
+    group = bench_e2e.build_report(config, [chunk])["seeds"]["d0"]
+    assert [p["lift"] for p in group["per_seed"]] == [25.0, 0.0, -25.0]
+    assert group["mean_lift"] == 0.0 and group["rr0"] == pytest.approx(1 / 3)
+    assert group["worst_lift"] == 0.0 and group["rel_lift95"] == -25.0
+    with pytest.raises(bench_e2e.RecipeError, match="seed_of names no other arm"):
+        bench_e2e.load_bench(recipe(tmp_path, arms=[{"name": "x", "roles": "base", "seed_of": "nobody"}]))
+
+
 def test_a_failed_episode_is_attributed_to_the_first_place_it_broke():
     from heart.environments.base import ToolCall
 
