@@ -101,6 +101,9 @@ class BenchConfig:
     """Episodes in flight per side."""
     loop: dict[str, Any] = field(default_factory=dict)
     """Loop settings for every arm (``heart.settings.LoopConfig`` field names)."""
+    contrasts: list[tuple[str, str]] = field(default_factory=list)
+    """Pairs of arm names ``[a, b]``: the report adds the paired difference a − b on the tasks
+    both scored (``[distilled, joint]``: four role adapters against one)."""
 
 
 def load_bench(path: str | Path) -> BenchConfig:
@@ -117,6 +120,9 @@ def load_bench(path: str | Path) -> BenchConfig:
         raise RecipeError(f"{path}: arm and condition names must be distinct")
     if sum(a.roles == "base" for a in config.arms) > 1:
         raise RecipeError(f"{path}: at most one arm is the base")
+    for a, b in config.contrasts:
+        if a not in names or b not in names or a == b:
+            raise RecipeError(f"{path}: contrasts: [{a}, {b}] must name two different arms of {names}")
     for arm in config.arms:
         if arm.seed_of is not None and arm.seed_of not in [a.name for a in config.arms if a.seed_of is None]:
             raise RecipeError(f"{path}: arm {arm.name}: seed_of names no other arm: {arm.seed_of!r}")
@@ -386,6 +392,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
             for arm in config.arms:
                 if arm is not base:
                     arms[arm.name]["delta_vs_base"] = _paired(arms[arm.name]["_episodes"], arms[base.name]["_episodes"])
+        contrasts = {f"{a} − {b}": _paired(arms[a]["_episodes"], arms[b]["_episodes"]) for a, b in config.contrasts}
         for name, figures in arms.items():
             episodes = figures.pop("_episodes")
             by_condition[name][condition.name] = episodes
@@ -396,7 +403,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                            "tasks_so_far": sum(len(c.tasks) for c in done),
                            "chunks": [{"index": c.index, "tasks": len(c.tasks), "wall_s": s["wall_s"],
                                        "finished_at": s["finished_at"]} for c, s in zip(done, stamps)],
-                           "arms": arms})
+                           "arms": arms, "contrasts": contrasts})
     single_turn = {name: {"tasks": len(episodes),
                           "success": _estimate([float(bool(r["success"])) for r in episodes.values()])}
                    for name, episodes in pooled.items()}
@@ -404,7 +411,9 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
         for arm in config.arms:
             if arm is not base:
                 single_turn[arm.name]["delta_vs_base"] = _paired(pooled[arm.name], pooled[base.name])
+    pooled_contrasts = {f"{a} − {b}": _paired(pooled[a], pooled[b]) for a, b in config.contrasts}
     return {"recipe": asdict(config), "conditions": conditions, "single_turn": single_turn,
+            "single_turn_contrasts": pooled_contrasts,
             "seeds": seed_figures(config, by_condition) if base is not None else {},
             "compute_s": sum(ch["wall_s"] for c in conditions for ch in c["chunks"])}
 
@@ -486,6 +495,15 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         deltas = [_pct(pooled[a].get("delta_vs_base", {})) for a in compared]
         lines.append("| **BFCL single-turn, pooled** | " + str(pooled[arms[0]]["tasks"]) + " | " + " | ".join(cells)
                      + " |" + "".join(f" {d} |" for d in deltas))
+    contrasts = list(report.get("single_turn_contrasts") or {})
+    if contrasts:
+        lines += ["", "Paired contrasts between arms (points, on the tasks both scored):", "",
+                  "| condition | " + " | ".join(contrasts) + " |", "|---|" + "---:|" * len(contrasts)]
+        lines += [f"| {c['name']} | " + " | ".join(_pct(c["contrasts"][k]) for k in contrasts) + " |"
+                  for c in report["conditions"] if c["tasks_so_far"]]
+        if any(pooled.get(a, {}).get("tasks") for a in arms):
+            lines.append("| **BFCL single-turn, pooled** | "
+                         + " | ".join(_pct(report["single_turn_contrasts"][k]) for k in contrasts) + " |")
     multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
     if multi_turn:
         lines += ["", "Multi-turn BFCL, per-turn success (the share of an episode's turns BFCL's checker accepts "

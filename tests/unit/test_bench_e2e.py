@@ -111,7 +111,7 @@ def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
     seeds = {"d0": [1, 1, 0, 0], "d1": [1, 0, 0, 0], "d2": [0, 0, 0, 0]}
     arms = [{"name": "base", "roles": "base"}, {"name": "d0", "roles": str(tmp_path / "a0")},
             *({"name": n, "roles": str(tmp_path / n), "seed_of": "d0"} for n in ("d1", "d2"))]
-    config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=4, conditions=[
+    config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=4, contrasts=[["d0", "d2"]], conditions=[
         {"name": "simple", "env": "bfcl", "category": "simple", "tasks": 4}]))
     (chunk,) = bench_e2e.plan_chunks(config)
     base_success = [0, 1, 0, 0]
@@ -125,10 +125,18 @@ def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
                 for c in bench_e2e.chunk_commands(config, chunk, resume=False)}
     (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 1.0,
                                                          "finished_at": "now", "commands": commands}))
-    group = bench_e2e.build_report(config, [chunk])["seeds"]["d0"]
+    report = bench_e2e.build_report(config, [chunk])
+    # a contrast between two arms: d0 solves tasks 0 and 1, d2 none
+    assert report["conditions"][0]["contrasts"]["d0 − d2"]["value"] == 0.5
+    assert report["single_turn_contrasts"]["d0 − d2"]["value"] == 0.5
+    assert "| simple | 50.0 [" in bench_e2e.render_report(report, {"command": "c", "commit": "x", "dirty": False,
+                                                                    "date": "d", "machine": {}})
+    group = report["seeds"]["d0"]
     assert [p["lift"] for p in group["per_seed"]] == [25.0, 0.0, -25.0]
     assert group["mean_lift"] == 0.0 and group["rr0"] == pytest.approx(1 / 3)
     assert group["worst_lift"] == 0.0 and group["rel_lift95"] == -25.0
+    with pytest.raises(bench_e2e.RecipeError, match=r"contrasts: \[d0, nobody\] must name two different arms"):
+        bench_e2e.load_bench(recipe(tmp_path, arms=arms, contrasts=[["d0", "nobody"]]))
     with pytest.raises(bench_e2e.RecipeError, match="seed_of names no other arm"):
         bench_e2e.load_bench(recipe(tmp_path, arms=[{"name": "x", "roles": "base", "seed_of": "nobody"}]))
 
