@@ -487,27 +487,18 @@ class MCPEnvironment:
             return list(self._catalog)
 
     def start(self, task: Task) -> MCPSession:
-        workdir = None
-        if self.episode_setup is not None:
-            # a fresh directory per episode, prepared before the server starts in it: tools
-            # that work on files (a git repository) see the task's initial state, never
-            # another episode's changes
-            workdir = tempfile.TemporaryDirectory(prefix="heart-episode-")
-            try:
+        with contextlib.ExitStack() as undo:  # whatever started is stopped if a later step fails
+            workdir = None
+            if self.episode_setup is not None:
+                # a fresh directory per episode, prepared before the server starts in it: tools
+                # that work on files (a git repository) see the task's initial state, never
+                # another episode's changes
+                workdir = tempfile.TemporaryDirectory(prefix="heart-episode-")
+                undo.callback(workdir.cleanup)
                 self.episode_setup(task, Path(workdir.name))
-            except BaseException:
-                workdir.cleanup()
-                raise
-        try:
             client = self.connect(task, cwd=workdir.name if workdir else None)
-            try:
-                session = MCPSession(self, task, client)
-            except BaseException:
-                client.close()
-                raise
-        except BaseException:
-            if workdir is not None:
-                workdir.cleanup()
-            raise
-        session.workdir = workdir
+            undo.callback(client.close)
+            session = MCPSession(self, task, client)
+            session.workdir = workdir
+            undo.pop_all()  # the session owns them now: its close() stops both
         return session
