@@ -52,15 +52,16 @@ def custom_environment(tasks: str, tools: str) -> Environment:
     server URL, or a Python module (dotted name or ``.py`` file) whose public typed functions
     are the tools."""
     import shlex
-    import sys
 
-    from heart.environments.custom import CustomEnvironment, custom_mcp_environment, python_tools
+    from heart.environments.custom import CustomEnvironment, custom_mcp_environment, local_command, python_tools
 
     if tools.startswith("mcp:"):
         from heart.environments.mcp import StdioServer
 
-        command, *args = shlex.split(tools[len("mcp:"):])
-        command = sys.executable if command in ("python", "python3") else command
+        argv = shlex.split(tools[len("mcp:"):])
+        if not argv:
+            raise EnvironmentChoiceError("--tools mcp: needs the server's command after the colon (mcp:COMMAND ARGS...)")
+        command, *args = local_command(argv)
         return custom_mcp_environment(tasks, StdioServer(command, tuple(args)))
     if tools.startswith(("http://", "https://")):
         from heart.environments.mcp import HttpServer

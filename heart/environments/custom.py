@@ -135,12 +135,17 @@ def load_tasks(path: str | Path) -> list[Task]:
             argv = shlex.split(entry.setup)
             if not argv:
                 raise TasksFileError(f"{path}: line {number}: field 'setup': an empty command")
-            meta = {"setup": [sys.executable if argv[0] in ("python", "python3") else argv[0], *argv[1:]],
-                    "setup_from": str(path.resolve().parent)}
+            meta = {"setup": local_command(argv), "setup_from": str(path.resolve().parent)}
         tasks[entry.id] = Task(task_id=entry.id, env=NAME, turns=turns, gold=gold, meta=meta)
     if not tasks:
         raise TasksFileError(f"{path}: no tasks")
     return list(tasks.values())
+
+
+def local_command(argv: list[str]) -> list[str]:
+    """A command line whose ``python`` is this interpreter: a server or script installed beside
+    the toolkit runs without an activated environment."""
+    return [sys.executable if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
 
 
 # -- Python functions as tools -------------------------------------------------------------------
