@@ -47,6 +47,7 @@ from heart.environments.splits import SPLITS_VERSION
 from heart.roles import FORMATS_VERSION
 from heart_distill.arguments import loop_flags
 from heart_distill.eval.e2e_folder import EPISODES
+from heart_distill.eval.report import DECISIVE_RUNS
 from heart_distill.eval.stats import bootstrap
 from heart_distill.pipeline import STAGE_ENV, fingerprint, heart_argv
 from heart_distill.recipes import RecipeError, read_yaml, validate_sections
@@ -164,15 +165,14 @@ def plan_chunks(config: BenchConfig) -> list[Chunk]:
     return chunks
 
 
-def chunk_commands(config: BenchConfig, chunk: Chunk, resume: bool) -> list[list[str]]:
+def chunk_commands(config: BenchConfig, chunk: Chunk) -> list[list[str]]:
     """The ``heart eval e2e`` command lines of a chunk: the base beside the first adapter set
     (one process, one engine), every other arm on its own."""
     c = chunk.condition
     common = ["--env", c.env, *(["--category", c.category] if c.category else []), "--split", "test",
               "--model", config.model, "--engine", config.engine,
               "--concurrency", str(c.concurrency or config.concurrency),
-              *loop_flags(config.loop), *[a for t in chunk.tasks for a in ("--task", t)],
-              *(["--resume"] if resume else [])]
+              *loop_flags(config.loop), *[a for t in chunk.tasks for a in ("--task", t)]]
     base = next((a for a in config.arms if a.roles == "base"), None)
     adapted = [a for a in config.arms if a.roles != "base" and not a.roles.startswith("teacher:")]
     commands, paired = [], None
@@ -188,15 +188,20 @@ def chunk_commands(config: BenchConfig, chunk: Chunk, resume: bool) -> list[list
 
 
 def command_arms(command: list[str]) -> list[str]:
-    """The arms a chunk command answers for (the folders it writes): its label in the stamp."""
+    """The arms a chunk command answers for (the folders it writes)."""
     return [Path(command[command.index(flag) + 1]).name for flag in ("--out", "--base-out") if flag in command]
 
 
+def command_label(command: list[str]) -> str:
+    """A chunk command's entry in the stamp: its arms (``distilled,base``)."""
+    return ",".join(command_arms(command))
+
+
 def command_key(command: list[str]) -> str:
-    """What decides a command's episodes: the command line (without --resume), the bytes of the
-    adapters it serves (manifests and weights) and the formats and splits versions."""
+    """What decides a command's episodes: the command line, the bytes of the adapters it serves
+    (manifests and weights) and the formats and splits versions."""
     roles = command[command.index("--roles") + 1]
-    payload = json.dumps({"command": [a for a in command if a != "--resume"], "formats": FORMATS_VERSION,
+    payload = json.dumps({"command": command, "formats": FORMATS_VERSION,
                           "splits": SPLITS_VERSION,
                           "adapters": _adapter_fingerprint(roles) if Path(roles).is_dir() else None}, sort_keys=True)
     return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
@@ -218,7 +223,7 @@ def command_state(chunk: Chunk, command: list[str], stamp: dict[str, Any] | None
     another configuration: its folders run again), "partial" (started, not stamped: resume)
     or "new"."""
     stamp = stamp if stamp is not None else _read_stamp(chunk)
-    label = ",".join(command_arms(command))
+    label = command_label(command)
     if label in stamp["commands"]:
         return "done" if stamp["commands"][label]["key"] == command_key(command) else "stale"
     return "partial" if any((chunk.folder / arm).is_dir() for arm in command_arms(command)) else "new"
@@ -228,7 +233,7 @@ def chunk_state(config: BenchConfig, chunk: Chunk) -> str:
     """"done" when every arm's command is (an arm added to the recipe later runs alone on the
     chunks already done), else "stale", "partial" or "new" by its commands' states."""
     stamp = _read_stamp(chunk)
-    states = {command_state(chunk, c, stamp) for c in chunk_commands(config, chunk, resume=False)}
+    states = {command_state(chunk, c, stamp) for c in chunk_commands(config, chunk)}
     return next((s for s in ("stale", "partial", "new") if s in states), "done")
 
 
@@ -237,25 +242,24 @@ def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
     finishes; their wall time. Raises CalledProcessError on a failed arm."""
     chunk.folder.mkdir(parents=True, exist_ok=True)
     wall_s = 0.0
-    for command in chunk_commands(config, chunk, resume=False):
+    for command in chunk_commands(config, chunk):
         stamp = _read_stamp(chunk)
         state = command_state(chunk, command, stamp)
         if state == "done":
             continue
-        for arm in command_arms(command):
-            if state == "stale":
+        if state == "stale":
+            for arm in command_arms(command):
                 shutil.rmtree(chunk.folder / arm, ignore_errors=True)
-        if state == "partial":
-            command = [*command, "--resume"]
         print(f"bench: $ {' '.join(command[:4])} ... --out {command[command.index('--out') + 1]}", flush=True)
         started = time.perf_counter()
-        subprocess.run(heart_argv(command), env=STAGE_ENV, check=True)
+        subprocess.run(heart_argv([*command, *(["--resume"] if state == "partial" else [])]), env=STAGE_ENV,
+                       check=True)
         took = round(time.perf_counter() - started, 1)
         wall_s += took
         compress_traces(chunk.folder)
         finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        stamp["commands"][",".join(command_arms(command))] = {"key": command_key(command), "wall_s": took,
-                                                              "finished_at": finished}
+        stamp["commands"][command_label(command)] = {"key": command_key(command), "wall_s": took,
+                                                     "finished_at": finished}
         stamp.update(wall_s=round(stamp["wall_s"] + took, 1), finished_at=finished)
         publish_text(chunk.folder / STAMP, json.dumps(stamp, indent=1) + "\n")
     return round(wall_s, 1)
@@ -424,7 +428,7 @@ def seed_figures(config: BenchConfig, by_condition: dict[str, dict[str, dict[str
     group's seeds have finished tasks in; Lift_s pools those tasks. MeanLift, RR0 and
     RelLift95 (the 5th percentile of one seed's lift: no gate statistic chooses among seeds)
     over the Lift_s; WorstLift the smallest condition mean (:mod:`heart_distill.eval.stats`)."""
-    from heart_distill.eval.stats import lifts, mean_lift, rel_lift95, rr0, worst_lift
+    from heart_distill.eval.stats import mean_lift, rel_lift95, rr0, worst_lift
 
     base = next(a for a in config.arms if a.roles == "base").name
     groups = {}
@@ -435,18 +439,15 @@ def seed_figures(config: BenchConfig, by_condition: dict[str, dict[str, dict[str
         shared = [c.name for c in config.conditions if all(by_condition[m].get(c.name) for m in members)]
         if not shared:
             continue
-        per_seed, per_condition = [], {c: [] for c in shared}
+        def pooled(arm: str) -> dict[tuple[str, str], dict[str, Any]]:
+            return {(c, t): r for c in shared for t, r in by_condition[arm][c].items()}
+
+        per_seed, per_condition, pooled_base = [], {c: [] for c in shared}, pooled(base)
         for member in members:
-            pairs = [(by_condition[member][c][t], by_condition[base][c][t]) for c in shared
-                     for t in by_condition[member][c] if t in by_condition[base].get(c, {})]
-            lift = float(lifts(np.array([[float(bool(m["success"])) for m, _ in pairs]]),
-                               np.array([float(bool(b["success"])) for _, b in pairs]))[0])
-            per_seed.append({"arm": member, "lift": lift, "tasks": len(pairs)})
+            value, tasks = _lift(pooled(member), pooled_base)
+            per_seed.append({"arm": member, "lift": value, "tasks": tasks})
             for c in shared:
-                tasks = [t for t in by_condition[member][c] if t in by_condition[base].get(c, {})]
-                per_condition[c].append(float(lifts(
-                    np.array([[float(bool(by_condition[member][c][t]["success"])) for t in tasks]]),
-                    np.array([float(bool(by_condition[base][c][t]["success"])) for t in tasks]))[0]))
+                per_condition[c].append(_lift(by_condition[member][c], by_condition[base][c])[0])
         values = [p["lift"] for p in per_seed]
         worst, where = worst_lift(per_condition)
         groups[head.name] = {"conditions": shared, "per_seed": per_seed, "mean_lift": mean_lift(values),
@@ -455,10 +456,25 @@ def seed_figures(config: BenchConfig, by_condition: dict[str, dict[str, dict[str
     return groups
 
 
+def _paired_success(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Success (0 or 1) of ``mine`` and of ``base`` on the tasks both scored, in one order."""
+    shared = sorted(set(mine) & set(base))
+    return (np.array([float(bool(mine[t]["success"])) for t in shared]),
+            np.array([float(bool(base[t]["success"])) for t in shared]))
+
+
+def _lift(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> tuple[float, int]:
+    """Lift in points of ``mine`` over ``base`` on the tasks both scored, and their number."""
+    from heart_distill.eval.stats import lifts
+
+    mine_success, base_success = _paired_success(mine, base)
+    return float(lifts(mine_success[None, :], base_success)[0]), len(base_success)
+
+
 def _paired(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     """Success of ``mine`` minus the base's on the tasks both scored, with its interval."""
-    shared = sorted(set(mine) & set(base))
-    return _estimate([float(bool(mine[t]["success"])) - float(bool(base[t]["success"])) for t in shared])
+    mine_success, base_success = _paired_success(mine, base)
+    return _estimate(list(mine_success - base_success))
 
 
 def _pct(estimate: dict[str, Any]) -> str:
@@ -490,7 +506,8 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         lines.append(f"| {c['name']} | {c['tasks_so_far']} of {c['planned_tasks']} | " + " | ".join(cells) + " |"
                      + "".join(f" {d} |" for d in deltas))
     pooled = report.get("single_turn") or {}
-    if any(pooled.get(a, {}).get("tasks") for a in arms):
+    has_pooled = any(pooled.get(a, {}).get("tasks") for a in arms)
+    if has_pooled:
         cells = [_pct(pooled[a]["success"]) + f" (n={pooled[a]['tasks']})" for a in arms]
         deltas = [_pct(pooled[a].get("delta_vs_base", {})) for a in compared]
         lines.append("| **BFCL single-turn, pooled** | " + str(pooled[arms[0]]["tasks"]) + " | " + " | ".join(cells)
@@ -501,7 +518,7 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
                   "| condition | " + " | ".join(contrasts) + " |", "|---|" + "---:|" * len(contrasts)]
         lines += [f"| {c['name']} | " + " | ".join(_pct(c["contrasts"][k]) for k in contrasts) + " |"
                   for c in report["conditions"] if c["tasks_so_far"]]
-        if any(pooled.get(a, {}).get("tasks") for a in arms):
+        if has_pooled:
             lines.append("| **BFCL single-turn, pooled** | "
                          + " | ".join(_pct(report["single_turn_contrasts"][k]) for k in contrasts) + " |")
     multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
@@ -529,8 +546,8 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         lines += [f"| {p['arm']} | {p['lift']:+.1f} | {p['tasks']} |" for p in group["per_seed"]]
         lines += ["", f"MeanLift {group['mean_lift']:+.1f} · WorstLift {group['worst_lift']:+.1f} "
                   f"({group['worst_condition']}) · RR0 {100 * group['rr0']:.0f}% · RelLift95 {group['rel_lift95']:+.1f}"
-                  + (" — with fewer than 8 seeds a 5th percentile is the smallest lift or near it: it decides "
-                     "nothing" if seeds < 8 else "")]
+                  + (f" — with fewer than {DECISIVE_RUNS} seeds a 5th percentile is the smallest lift or near "
+                     "it: it decides nothing" if seeds < DECISIVE_RUNS else "")]
     lines += ["", "Chunks (wall time on the machine above):", ""]
     for c in report["conditions"]:
         for ch in c["chunks"]:

@@ -29,26 +29,25 @@ def write(repo: Path, name: str, text: str) -> None:
     (repo / name).write_text(text)
 
 
+def commit_file(repo: Path, name: str, text: str, message: str, date: str) -> None:
+    write(repo, name, text)
+    git(repo, "add", name)
+    git(repo, "commit", "-m", message, date=date)
+
+
 def make_repo(directory: Path) -> Path:
     repo = directory / "project"
     repo.mkdir(parents=True)
     git(repo, "init", "--initial-branch", "main")
     git(repo, "config", "user.name", "Ada Example")
     git(repo, "config", "user.email", "ada@example.com")
-    write(repo, "README.md", "# project\n\nA tiny calculator.\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "-m", "Add README", date="2026-01-05T10:00:00+00:00")
-    write(repo, "app.py", "def add(a, b):\n    return a + b\n")
-    git(repo, "add", "app.py")
-    git(repo, "commit", "-m", "Add the calculator", date="2026-01-06T10:00:00+00:00")
-    write(repo, "test_app.py", "from app import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    git(repo, "add", "test_app.py")
-    git(repo, "commit", "-m", "Test addition", date="2026-01-07T10:00:00+00:00")
+    commit_file(repo, "README.md", "# project\n\nA tiny calculator.\n", "Add README", "2026-01-05T10:00:00+00:00")
+    commit_file(repo, "app.py", "def add(a, b):\n    return a + b\n", "Add the calculator", "2026-01-06T10:00:00+00:00")
+    commit_file(repo, "test_app.py", "from app import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+                "Test addition", "2026-01-07T10:00:00+00:00")
     git(repo, "tag", "v0.1")
     git(repo, "checkout", "-b", "develop")
-    write(repo, "sub.py", "def sub(a, b):\n    return a - b\n")
-    git(repo, "add", "sub.py")
-    git(repo, "commit", "-m", "Add subtraction", date="2026-01-08T10:00:00+00:00")
+    commit_file(repo, "sub.py", "def sub(a, b):\n    return a - b\n", "Add subtraction", "2026-01-08T10:00:00+00:00")
     git(repo, "checkout", "main")
     write(repo, "app.py", "def add(a, b):\n    \"\"\"The sum of a and b.\"\"\"\n    return a + b\n")
     write(repo, "CHANGELOG.md", "# Changelog\n\n- 0.1: addition\n")

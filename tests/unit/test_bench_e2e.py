@@ -25,7 +25,7 @@ def test_the_base_runs_beside_the_first_adapter_set_and_other_arms_alone(tmp_pat
         {"name": "base", "roles": "base"}, {"name": "distilled", "roles": str(tmp_path / "adapters")},
         {"name": "teacher", "roles": "teacher:gold"}]))
     chunk = bench_e2e.plan_chunks(config)[0]
-    commands = bench_e2e.chunk_commands(config, chunk, resume=False)
+    commands = bench_e2e.chunk_commands(config, chunk)
     assert len(commands) == 2
     paired, teacher = commands
     assert paired[paired.index("--roles") + 1] == str(tmp_path / "adapters")
@@ -43,7 +43,7 @@ def test_a_condition_sets_its_own_chunk_size_and_concurrency_without_touching_th
     chunks = bench_e2e.plan_chunks(config)
     assert [(c.condition.name, len(c.tasks)) for c in chunks] == [("simple", 2), ("simple", 1), ("multi", 1),
                                                                   ("multi", 1), ("multi", 1)]
-    flags = [(cmd := bench_e2e.chunk_commands(config, c, resume=False)[0])[cmd.index("--concurrency") + 1]
+    flags = [(cmd := bench_e2e.chunk_commands(config, c)[0])[cmd.index("--concurrency") + 1]
              for c in (chunks[0], chunks[2])]
     assert flags == ["2", "4"]
 
@@ -122,7 +122,7 @@ def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
             json.dumps({"task_id": t, "success": bool(s), "errored": False, "checker": {}}) + "\n"
             for t, s in zip(chunk.tasks, success)))
     commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x"}
-                for c in bench_e2e.chunk_commands(config, chunk, resume=False)}
+                for c in bench_e2e.chunk_commands(config, chunk)}
     (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 1.0,
                                                          "finished_at": "now", "commands": commands}))
     report = bench_e2e.build_report(config, [chunk])
