@@ -56,12 +56,16 @@ STAGE_ENV = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0
 follows it, and a content-addressed stage must produce the same bytes from the same inputs."""
 
 
-def stage_env(run: Path) -> dict[str, str]:
+def stage_env(run: Path, processes: int = 1) -> dict[str, str]:
     """:data:`STAGE_ENV`, with llama.cpp's and the converters' output going to the run folder's
-    ``heart.log`` (unless ``HEART_LOG_FILE`` names another), which the pipeline names once."""
-    from heart.runtime import llamacpp_log
+    ``heart.log`` (unless ``HEART_LOG_FILE`` names another), which the pipeline names once.
+    One of ``processes`` commands running at once gets its share of the cores for its
+    llama.cpp engines (:data:`heart.runtime.llamacpp.THREADS_ENV`, unless already set)."""
+    from heart.runtime import llamacpp, llamacpp_log
 
     env = dict(STAGE_ENV)
+    if processes > 1:
+        env.setdefault(llamacpp.THREADS_ENV, str(max(1, len(os.sched_getaffinity(0)) // processes)))
     env.setdefault(llamacpp_log.LOG_FILE_ENV, str((run / "heart.log").resolve()))
     env[llamacpp_log.NAMED_ENV] = env[llamacpp_log.LOG_FILE_ENV]
     return env
@@ -570,7 +574,7 @@ def run_stage(run: Path, stage: Stage, key: str, continuing: bool = False) -> tu
         processes = []
         for command in batch:
             print(f"pipeline: {stage.name}: $ {' '.join(command)}", file=sys.stderr, flush=True)
-            processes.append((command, subprocess.Popen(heart_argv(command), env=stage_env(run))))
+            processes.append((command, subprocess.Popen(heart_argv(command), env=stage_env(run, len(batch)))))
         failed = [(command, status) for command, process in processes if (status := process.wait()) != 0]
         for command, status in failed:
             print(f"pipeline: {stage.name}: failed ({' '.join(command[:3])} exited {status})", file=sys.stderr)

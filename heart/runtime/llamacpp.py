@@ -113,6 +113,24 @@ class LlamaRow:
     (``SamplingConfig.first_token_logprobs``)."""
 
 
+THREADS_ENV = "HEART_LLAMACPP_THREADS"
+"""Threads of each llama.cpp engine in this process when the caller names none. A program
+that runs several engine processes at once (the pipeline's concurrent commands) gives each
+its share of the cores here: ggml's threads spin while they wait for each other, so engines
+that together hold more threads than there are cores slow each other several-fold (a
+benchmark collection of five students on 2 cores ran about 5x slower than one after another)."""
+
+
+def default_threads() -> int:
+    """``$HEART_LLAMACPP_THREADS`` if set, else the CPUs this process may use."""
+    value = os.environ.get(THREADS_ENV, "")
+    if not value:
+        return len(os.sched_getaffinity(0))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{THREADS_ENV} must be a whole number of threads >= 1, got {value!r}")
+    return int(value)
+
+
 class RoleContext:
     """A llama.cpp context with one adapter (or none) and ``slots`` sequence slots."""
 
@@ -260,7 +278,7 @@ class LlamaCppBackend(AdapterEngine):
         if draft_tokens < 0:
             raise ValueError(f"draft_tokens must be >= 0, got {draft_tokens}")
         self.draft_tokens = draft_tokens
-        self.threads = threads or len(os.sched_getaffinity(0))
+        self.threads = threads or default_threads()
         self.chat = ChatFormat.from_pretrained(str(self.model_path), enable_thinking)
         self.tokenizer = self.chat.tokenizer
         self.stop_token_ids = self.chat.stop_token_ids

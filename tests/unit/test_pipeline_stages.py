@@ -162,6 +162,51 @@ def test_concurrent_commands_start_together_and_one_failure_fails_the_stage(tmp_
     assert not (tmp_path / "stamps" / "collect.json").exists()
 
 
+def test_concurrent_commands_share_the_cores_among_their_llamacpp_engines(tmp_path, monkeypatch):
+    """Each of a concurrent stage's commands gets its share of the cores for llama.cpp (ggml's
+    threads spin while they wait: engines holding more threads than cores slow each other
+    several-fold); a command run alone gets none set (its engine takes every core), and a
+    value the user set is kept."""
+    import os
+    import sys
+
+    from heart.runtime.llamacpp import THREADS_ENV
+
+    monkeypatch.delitem(pipeline.STAGE_ENV, THREADS_ENV, raising=False)
+
+    def report(name: str) -> list[str]:
+        code = f"import os, pathlib; pathlib.Path({str(tmp_path / name)!r}).write_text(os.environ.get({THREADS_ENV!r}, 'unset'))"
+        return [sys.executable, "-c", code]
+
+    together = pipeline.Stage("collect", [report("a"), report("b"), report("c")], [], [tmp_path / "o1"], concurrent=True)
+    assert pipeline.run_stage(tmp_path, together, "k")[0] == 0
+    share = str(max(1, len(os.sched_getaffinity(0)) // 3))
+    assert [(tmp_path / n).read_text() for n in "abc"] == [share] * 3
+
+    alone = pipeline.Stage("train", [report("d")], [], [tmp_path / "o2"])
+    assert pipeline.run_stage(tmp_path, alone, "k")[0] == 0
+    assert (tmp_path / "d").read_text() == "unset"
+
+    monkeypatch.setitem(pipeline.STAGE_ENV, THREADS_ENV, "7")
+    assert pipeline.run_stage(tmp_path, together, "k2")[0] == 0
+    assert (tmp_path / "a").read_text() == "7"
+
+
+def test_llamacpp_threads_come_from_the_environment_or_the_cpus(monkeypatch):
+    import os
+
+    from heart.runtime.llamacpp import THREADS_ENV, default_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert default_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert default_threads() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(ValueError, match=THREADS_ENV):
+            default_threads()
+
+
 def test_collections_run_concurrently_and_the_rest_one_at_a_time(recipe):
     config, folder = load_pipeline(recipe)
     concurrent = {s.name for s in pipeline.stages(config, folder) if s.concurrent}
