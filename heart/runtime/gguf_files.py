@@ -68,11 +68,13 @@ def base_gguf(model: str, weights: str = "f32") -> Path:
     if not final.is_file():
         import llama_cpp
 
+        from heart.runtime.llamacpp import default_threads
+
         llamacpp_log.route_llama_cpp()  # its 300 lines (one per tensor) to the log
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = BASE_WEIGHTS[weights]
         params.allow_requantize = True  # the source is already quantised (Q4_1)
-        params.nthread = len(os.sched_getaffinity(0))
+        params.nthread = default_threads()  # a share of the cores when several processes convert at once
         with publishing(final) as tmp:
             if llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params) != 0:
                 raise RuntimeError(f"llama_model_quantize failed writing {weights} weights of {source}")
