@@ -60,12 +60,12 @@ def stage_env(run: Path, processes: int = 1) -> dict[str, str]:
     """:data:`STAGE_ENV`, with llama.cpp's and the converters' output going to the run folder's
     ``heart.log`` (unless ``HEART_LOG_FILE`` names another), which the pipeline names once.
     One of ``processes`` commands running at once gets its share of the cores for its
-    llama.cpp engines (:data:`heart.runtime.llamacpp.THREADS_ENV`, unless already set)."""
-    from heart.runtime import llamacpp, llamacpp_log
+    llama.cpp engines (:data:`heart.runtime.llamacpp_threads.THREADS_ENV`, unless already set)."""
+    from heart.runtime import llamacpp_log, llamacpp_threads
 
     env = dict(STAGE_ENV)
     if processes > 1:
-        env.setdefault(llamacpp.THREADS_ENV, str(max(1, len(os.sched_getaffinity(0)) // processes)))
+        env.setdefault(llamacpp_threads.THREADS_ENV, str(max(1, len(os.sched_getaffinity(0)) // processes)))
     env.setdefault(llamacpp_log.LOG_FILE_ENV, str((run / "heart.log").resolve()))
     env[llamacpp_log.NAMED_ENV] = env[llamacpp_log.LOG_FILE_ENV]
     return env

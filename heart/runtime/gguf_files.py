@@ -34,6 +34,7 @@ from heart import default_cache_dir
 from heart.atomic import publishing
 from heart.models import sha256_file, smollm2_gguf_path
 from heart.runtime import llamacpp_log
+from heart.runtime.llamacpp_threads import default_threads
 
 BASE_WEIGHTS = {"f32": 0, "f16": 1, "q8_0": 7, "shipped": None}
 """Precision of the base's weights → llama.cpp's ``llama_ftype`` (None: the source file as is)."""
@@ -67,8 +68,6 @@ def base_gguf(model: str, weights: str = "f32") -> Path:
     final = gguf_dir() / f"{source.stem}-{sha256_file(source)[:12]}-{weights}.gguf"
     if not final.is_file():
         import llama_cpp
-
-        from heart.runtime.llamacpp import default_threads
 
         llamacpp_log.route_llama_cpp()  # its 300 lines (one per tensor) to the log
         params = llama_cpp.llama_model_quantize_default_params()

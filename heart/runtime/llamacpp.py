@@ -69,6 +69,7 @@ from heart.runtime.adapters import MAX_SERVING_RANK, validate_role_adapters
 from heart.runtime.base import Generation, GenerationRequest, SamplingConfig
 from heart.runtime.chat import BASE_ADAPTER, AdapterEngine, ChatFormat, first_token_logprobs
 from heart.runtime import llamacpp_log
+from heart.runtime.llamacpp_threads import default_threads
 from heart.runtime.continuous import DecodeStats
 from heart.runtime.lookup import PromptLookup
 
@@ -111,24 +112,6 @@ class LlamaRow:
     scored: dict[int, str] = field(default_factory=dict)
     """Token ids whose log-probabilities at the first answer position go into ``meta``
     (``SamplingConfig.first_token_logprobs``)."""
-
-
-THREADS_ENV = "HEART_LLAMACPP_THREADS"
-"""Threads of each llama.cpp engine in this process when the caller names none. A program
-that runs several engine processes at once (the pipeline's concurrent commands) gives each
-its share of the cores here: ggml's threads spin while they wait for each other, so engines
-that together hold more threads than there are cores slow each other several-fold (a
-benchmark collection of five students on 2 cores ran about 5x slower than one after another)."""
-
-
-def default_threads() -> int:
-    """``$HEART_LLAMACPP_THREADS`` if set, else the CPUs this process may use."""
-    value = os.environ.get(THREADS_ENV, "")
-    if not value:
-        return len(os.sched_getaffinity(0))
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{THREADS_ENV} must be a whole number of threads >= 1, got {value!r}")
-    return int(value)
 
 
 class RoleContext:

@@ -170,7 +170,7 @@ def test_concurrent_commands_share_the_cores_among_their_llamacpp_engines(tmp_pa
     import os
     import sys
 
-    from heart.runtime.llamacpp import THREADS_ENV
+    from heart.runtime.llamacpp_threads import THREADS_ENV
 
     monkeypatch.delitem(pipeline.STAGE_ENV, THREADS_ENV, raising=False)
 
@@ -195,7 +195,7 @@ def test_concurrent_commands_share_the_cores_among_their_llamacpp_engines(tmp_pa
 def test_llamacpp_threads_come_from_the_environment_or_the_cpus(monkeypatch):
     import os
 
-    from heart.runtime.llamacpp import THREADS_ENV, default_threads
+    from heart.runtime.llamacpp_threads import THREADS_ENV, default_threads
 
     monkeypatch.delenv(THREADS_ENV, raising=False)
     assert default_threads() == len(os.sched_getaffinity(0))
