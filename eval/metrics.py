@@ -164,10 +164,23 @@ def bind_outcome(output: dict[str, Any], schema: dict[str, Any]) -> tuple[str, d
         return err.failure_type, None
 
 
-def needs_extraction(bindings: dict[str, Any]) -> bool:
-    """Whether a Primitive input's bindings hold an earlier step's whole result (an object or
-    a list bound to one parameter): the Primitive must take the value out, not copy it."""
-    return any(isinstance(value, (dict, list)) for value in bindings.values())
+_CONTAINER_TYPES = {list: ("array", "tuple"), dict: ("object", "dict")}
+"""The parameter types (JSON Schema's and BFCL's names) that take a list or a dict as is."""
+
+
+def needs_extraction(bindings: dict[str, Any], schema: dict[str, Any] | None = None) -> bool:
+    """Whether a Primitive input binds an earlier step's whole result to a parameter that
+    does not take it as is: an object or a list where the tool's ``schema`` declares another
+    type (``{"gallon": 2.64}`` for a number). The Primitive must take the value out; copying
+    the binding cannot be right. A list bound to an array parameter (``numbers=[87, 65]``) is
+    the argument itself, not a result to take apart. A parameter without a declared type
+    counts any object or list as a result."""
+    properties = (schema or {}).get("properties") or {}
+    for name, value in bindings.items():
+        for container, accepted in _CONTAINER_TYPES.items():
+            if isinstance(value, container) and (properties.get(name) or {}).get("type") not in accepted:
+                return True
+    return False
 
 
 def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
@@ -196,7 +209,7 @@ def primitive_scores(target: dict[str, Any], prediction: dict[str, Any] | None,
     if bindings is not None and target.get("family") != "code":
         _, copied = bind_outcome({"arguments": bindings}, schema)
         copy_em = int(want is not None and copied is not None and binding_value(copied) == binding_value(want))
-        extraction = needs_extraction(bindings)
+        extraction = needs_extraction(bindings, schema)
         row.update(copy_em=copy_em, extraction=int(extraction),
                    extraction_em=int(em) if extraction else None,
                    extraction_copy_em=copy_em if extraction else None)

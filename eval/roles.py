@@ -151,12 +151,15 @@ def load_role_rows(data: str | Path, role: str, split: str, limit: int | None, s
 
 
 def primitive_stratum(row: dict[str, Any]) -> str:
-    """"extraction" for a tool call whose input binds an earlier step's whole result (the
-    Primitive must take the value out: :func:`heart_distill.eval.metrics.needs_extraction`),
-    else "other" (its bindings are the answer, or a code step)."""
+    """"extraction" for a tool call whose input binds an earlier step's whole result to a
+    parameter that does not take it as is (the Primitive must take the value out:
+    :func:`heart_distill.eval.metrics.needs_extraction`), else "other" (its bindings are the
+    answer, or a code step)."""
     payload = role_input(row["messages"][:-1])
-    tool_call = payload.get("tool", {}).get("family", "tool") != "code"
-    return "extraction" if tool_call and needs_extraction(payload.get("resolved_bindings") or {}) else "other"
+    tool = payload.get("tool", {})
+    extraction = tool.get("family", "tool") != "code" and needs_extraction(payload.get("resolved_bindings") or {},
+                                                                           tool.get("parameters"))
+    return "extraction" if extraction else "other"
 
 
 def planner_stratum(row: dict[str, Any]) -> str:

@@ -177,6 +177,25 @@ def test_primitive_copy_baseline_and_extraction_stratum():
     assert "copy_em" not in primitive_scores(call(n=5, unit="cm"), None, SCHEMA)
 
 
+
+def test_extraction_means_a_result_the_parameter_does_not_take_as_is():
+    """A list bound to an array parameter is the argument (BFCL's ``numbers=[87, 65]``), not
+    a result to take apart; an object bound to a number is; an untyped parameter counts any
+    object or list as a result."""
+    from heart_distill.eval.metrics import needs_extraction
+
+    schema = {"type": "object", "properties": {"numbers": {"type": "array"}, "fuel": {"type": "number"},
+                                               "options": {"type": "dict"}, "loose": {}}}
+    assert not needs_extraction({"numbers": [87, 65, 43]}, schema)
+    assert not needs_extraction({"options": {"a": 1}, "fuel": 2.6}, schema)
+    assert needs_extraction({"fuel": {"gallon": 2.64}}, schema)
+    assert needs_extraction({"numbers": {"result": [1, 2]}}, schema)
+    assert needs_extraction({"loose": [1]}, schema) and needs_extraction({"numbers": [1]}, None)
+    scored = primitive_scores(call(n=5, unit="cm"), call(n=5, unit="cm"),
+                              {**SCHEMA, "properties": {**SCHEMA["properties"], "note": {"type": "array"}}},
+                              bindings={"n": 5, "unit": "cm", "note": ["a"]})
+    assert scored["extraction"] == 0 and scored["extraction_em"] is None
+
 # -- Verifier ----------------------------------------------------------------------------
 
 def verdict(status, **criteria):
