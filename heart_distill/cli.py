@@ -398,6 +398,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from heart_distill.eval.bench_e2e import main as bench_main
 
         return bench_main(args.rest, full)
+    if args.action == "rescore":
+        from heart_distill.eval.rescore import main as rescore_main
+
+        return rescore_main(args.rest, full)
     from heart_distill.eval.e2e import main as e2e_main
 
     return e2e_main(args.rest, full)
@@ -602,10 +606,11 @@ def build_parser() -> argparse.ArgumentParser:
     _check_parser(sub)
     _library_parser(sub)
     p = sub.add_parser("eval", help="evaluate roles on held-out inputs, or the whole loop end to end")
-    p.add_argument("action", choices=["roles", "e2e", "bench"])
+    p.add_argument("action", choices=["roles", "e2e", "bench", "rescore"])
     p.add_argument("rest", nargs=argparse.REMAINDER,
                    help="see heart eval roles --help / heart eval e2e --help / heart eval bench --help "
-                        "(the whole-loop benchmark in chunks)")
+                        "(the whole-loop benchmark in chunks) / heart eval rescore --help (recorded answers "
+                        "scored again under the checkout's metrics)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("report", help="one markdown page with tables and plots from heart_distill.eval results")
