@@ -4,3 +4,11 @@
 ``data.filters`` names every rule that decides what is kept, ``data.card`` writes the
 dataset cards. Nothing here knows about training arguments.
 """
+
+TEACHER_WORDING_VERSION = 1
+"""Version of the gold teacher's wording (objectives, requests, feedback it writes), bumped
+whenever it changes, so that the pipeline's content-addressed stages collect again instead of
+reusing traces in the old wording (1: a plan step's objective leads with the arguments that
+tell it from the plan's other calls of its tool). The roles' input and answer formats have
+their own version (:data:`heart.roles.FORMATS_VERSION`), which the whole-loop benchmark's
+ledger also keys on: a change of wording alone leaves its chunks valid."""

@@ -15,6 +15,16 @@ from heart.roles.common import first_clause, is_clipped, lead_phrase, whole_part
 from heart_distill.data.gold_teacher.common import MAX_CONSTRAINTS, OBJECTIVE_CHARS, PURPOSE_CHARS, SUBGOAL_PURPOSE_CHARS, TASK_CHARS, TurnState, as_sentence, code_objective, purpose_phrase, request_sentence
 
 
+def telling_arguments(call: ToolCall, plan_calls: Sequence[ToolCall]) -> set[str]:
+    """The arguments of ``call`` whose values differ among the plan's calls of the same tool.
+    A step's objective keeps only the parts that fit its length; the parts that tell two calls
+    apart ("time=4" against "time=10" beside a shared "b_field=5, area=2") go first, or the
+    steps read alike and a Router binds them alike."""
+    same_tool = [c.arguments for c in plan_calls if c.name == call.name]
+    return {name for name in call.arguments
+            if len({json.dumps(arguments.get(name), sort_keys=True, default=str) for arguments in same_tool}) > 1}
+
+
 CLARIFICATION_TEMPLATE = "Which {parameters} should I use for {tool}?"
 CLARIFICATION_FALLBACK = "Your request leaves out a detail that {tool} needs: what is it?"
 
@@ -116,10 +126,16 @@ class PlannerAnswers:
                              "dependencies": sorted({self._plan_step(state, j) for j in call.arguments["inputs"].values()})})
                 continue
             tool = shown[call.name]
+            telling = telling_arguments(call, state.plan_calls)
+            told = self._args_parts({k: v for k, v in call.arguments.items() if k in telling}, text)
+            parts = told + self._args_parts({k: v for k, v in call.arguments.items() if k not in telling}, text)
+            objective = self._step_objective(call.name, tool["description"], parts)
+            if told and told[0] not in objective:
+                # the description leaves no room for what tells this call from its siblings:
+                # the tool's name in words is shorter
+                objective = self._step_objective(call.name, call.name.rsplit(".", 1)[-1].replace("_", " "), parts)
             plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
-                         "objective": self._step_objective(call.name, tool["description"],
-                                                           self._args_parts(call.arguments, text)),
-                         "dependencies": [i - 1] if i > 1 else []})
+                         "objective": objective, "dependencies": [i - 1] if i > 1 else []})
         constraints = []
         for call in state.plan_calls:
             if call.name == CODE_PRIMITIVE:

@@ -297,3 +297,19 @@ def test_step_mode_routes_one_ready_step_per_call_with_field_references(step_row
                     assert request == router.invocation_request(entry["target_tool"], entry["resolved_bindings"],
                                                                 step["objective"])
     assert field_references > 50 and whole_results > 0, (field_references, whole_results)
+
+
+def test_steps_of_one_tool_name_what_tells_them_apart(tmp_path):
+    """BFCL parallel_1 calls calculate_em_force twice, d_time 4 and 10 beside a shared b_field
+    and area: the objectives keep the telling part first (before it was cut for length, and
+    both steps read "(b_field=5, area=2)", which a Router binds alike)."""
+    from heart.environments.base import ToolCall
+    from heart_distill.data.gold_teacher.planner import telling_arguments
+
+    calls = [ToolCall("f", {"b": 5, "t": 4, "a": 2}), ToolCall("f", {"b": 5, "t": 10, "a": 2}), ToolCall("g", {"t": 4})]
+    assert telling_arguments(calls[0], calls) == {"t"} and telling_arguments(calls[2], calls) == set()
+    environment = load_environment("bfcl", category="parallel")
+    rows = collect(environment, ["parallel_1"], tmp_path / "t.jsonl", config=LoopConfig(router_mode="step"))
+    (plan,) = [r["parsed"]["plan"] for r in rows if r.get("role") == "planner"]
+    assert [s["objective"] for s in plan] == ["Calculate the induced electromagnetic (d_time=4, b_field=5).",
+                                              "Calculate the induced electromagnetic (d_time=10, b_field=5)."]
