@@ -42,7 +42,6 @@ from heart.settings import POLICY
 from heart.atomic import publish_text
 from heart.runtime.engines import ENGINE_SPECS
 from heart_distill.arguments import loop_flags
-from heart_distill.data import TEACHER_WORDING_VERSION
 from heart_distill.recipes import RecipeError, Role, load_roles, read_yaml, validate_sections
 from heart_distill.library_cli import ENGINE_CHOICES as LIBRARY_ENGINES
 
@@ -497,6 +496,8 @@ def fingerprint(paths: list[Path]) -> str:
 
 
 def stage_key(stage: Stage) -> str:
+    from heart_distill.data import TEACHER_WORDING_VERSION  # (the CLI's parser builds without data/)
+
     payload = json.dumps({"version": STAMP_VERSION, "formats": FORMATS_VERSION, "splits": SPLITS_VERSION,
                           "teacher_wording": TEACHER_WORDING_VERSION, "stage": stage.name,
                           "commands": stage.commands,
