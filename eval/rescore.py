@@ -25,18 +25,31 @@ from heart.atomic import publish_text
 from heart_distill.eval.roles import EXAMPLES, RESULTS, score_row
 
 
-def _held_out_rows(data: Path, role: str, split: str) -> dict[tuple, dict[str, Any]]:
+def row_key(row: dict[str, Any]) -> tuple:
+    """What ties a recorded answer to the held-out row it answered."""
+    return row["episode_id"], row["turn"], row["attempt"], row["step"]
+
+
+def recorded_scores(role: str, row: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """The scores of ``record``'s recorded answer to ``row``, under the checkout's metrics."""
+    from heart.runtime.base import Generation
+
+    generation = Generation(text=record["output"], backend="recorded", prompt_tokens=record["prompt_tokens"],
+                            completion_tokens=record["completion_tokens"], latency_s=record["latency_s"])
+    return score_row(role, row, generation)
+
+
+def held_out_rows(data: Path, role: str, split: str) -> dict[tuple, dict[str, Any]]:
     from datasets import load_from_disk
 
     folder = data / role
     if not folder.is_dir():
         raise FileNotFoundError(f"no held-out rows for {role} at {folder} (pass --data)")
-    return {(r["episode_id"], r["turn"], r["attempt"], r["step"]): r for r in load_from_disk(str(folder))[split]}
+    return {row_key(r): r for r in load_from_disk(str(folder))[split]}
 
 
 def rescore(folder: Path, data: Path | None = None, argv: list[str] | None = None) -> dict[str, Any]:
     """Re-score the evaluation in ``folder`` in place; returns the ``rescored`` record."""
-    from heart.runtime.base import Generation
     from heart_distill.eval.metrics import summarize
     from heart_distill.eval.provenance import stamp
 
@@ -44,21 +57,19 @@ def rescore(folder: Path, data: Path | None = None, argv: list[str] | None = Non
     records = [json.loads(line) for line in (folder / EXAMPLES).open(encoding="utf-8")]
     config = results["config"]
     data = data or Path(config["data"])
-    rows = {role: _held_out_rows(data, role, config["split"]) for role in results["figures"]}
+    rows = {role: held_out_rows(data, role, config["split"]) for role in results["figures"]}
     rescored, changed = [], {}
     for record in records:
         role = record["role"]
         if record["errored"]:
             rescored.append(record)
             continue
-        key = (record["episode_id"], record["turn"], record["attempt"], record["step"])
+        key = row_key(record)
         if key not in rows[role]:
             # episode ids hash the episode: another collection's rows under the same path match none
             raise ValueError(f"{folder / EXAMPLES}: {role} answer {key} has no held-out row in {data / role} "
                              "(pass --data: the rows this run answered)")
-        generation = Generation(text=record["output"], backend="recorded", prompt_tokens=record["prompt_tokens"],
-                                completion_tokens=record["completion_tokens"], latency_s=record["latency_s"])
-        rescored.append({**record, **score_row(role, rows[role][key], generation)})
+        rescored.append({**record, **recorded_scores(role, rows[role][key], record)})
     for role, old in results["figures"].items():
         scored = [r for r in rescored if r["role"] == role and not r["errored"]]
         new = {name: e.to_dict() for name, e in summarize(role, scored, config.get("seed", 0)).items()}

@@ -56,7 +56,6 @@ primary metric was the same.
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field

@@ -44,17 +44,15 @@ def test_the_folder_stays_small_and_holds_four_plain_peft_adapters():
 
 
 def heldout(folder: str, role: str) -> dict[tuple, dict]:
-    from datasets import load_from_disk
+    from heart_distill.eval.rescore import held_out_rows
 
-    return {(r["episode_id"], r["turn"], r["attempt"], r["step"]): r
-            for r in load_from_disk(str(RESULTS / folder / "heldout" / role))["test"]}
+    return held_out_rows(RESULTS / folder / "heldout", role, "test")
 
 
 @pytest.mark.parametrize("side", SIDES)
 def test_recorded_answers_score_as_recorded_and_sum_to_the_figures(side):
-    from heart.runtime.base import Generation
     from heart_distill.eval.metrics import summarize
-    from heart_distill.eval.roles import score_row
+    from heart_distill.eval.rescore import recorded_scores, row_key
 
     folder, roles = SIDES[side]
     figures = json.loads((RESULTS / side / "roles.json").read_text())["figures"]
@@ -65,11 +63,7 @@ def test_recorded_answers_score_as_recorded_and_sum_to_the_figures(side):
     for role, records in by_role.items():
         rows, rescored = heldout(folder, role), []
         for record in records:
-            row = rows[(record["episode_id"], record["turn"], record["attempt"], record["step"])]
-            scores = score_row(role, row, Generation(text=record["output"], backend="recorded",
-                                                     prompt_tokens=record["prompt_tokens"],
-                                                     completion_tokens=record["completion_tokens"],
-                                                     latency_s=record["latency_s"]))
+            scores = recorded_scores(role, rows[row_key(record)], record)
             for column in SCORE_COLUMNS[role]:
                 assert scores[column] == record[column], (role, column, record["episode_id"])
             rescored.append({**record, **scores})
