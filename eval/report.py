@@ -213,8 +213,11 @@ def lift_section(figures: dict[str, Any]) -> list[str]:
 def provenance_section(results: list[dict[str, Any]]) -> list[str]:
     lines = ["## How this was made", "", "Commands, per column (runs made through the Python API show that "
              "process's command line; their full config is in the result file):", "", "```bash"]
+    by_command: dict[str, list[str]] = {}  # one process may make several columns (base and distilled)
     for name, r in _columns(results):
-        lines += [f"# {r['kind']}: {name}  ({r['_folder']})", r["provenance"]["command"]]
+        by_command.setdefault(r["provenance"]["command"], []).append(f"{r['kind']}: {name}  ({r['_folder']})")
+    for command, columns in by_command.items():
+        lines += [f"# {column}" for column in columns] + [command]
     lines += ["```", ""]
     first = results[0]["provenance"]
     lines += [f"Code commit `{first.get('commit')}`; versions: "

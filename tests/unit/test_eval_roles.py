@@ -141,6 +141,9 @@ def test_report_renders_tables_plots_and_provenance(heldout, tmp_path):
     # one run of the condition: its lift is printed, reliability statistics are not
     assert "no reliability statistics" in text and "MeanLift +" not in text and "RR0 1" not in text
     assert "heart eval roles --roles base" in text and "fingerprint" in text
+    # the e2e columns carry the base run's command: one process's command is listed once, under
+    # every column it made
+    assert text.count("heart eval roles --roles base") == 1 and "# e2e: distilled" in text
     assert "Δ tool_sequence_em vs base (paired, points)" in text
     assert (tmp_path / "report" / "roles.png").stat().st_size > 0
     assert (tmp_path / "report" / "lift.png").stat().st_size > 0
