@@ -5,6 +5,7 @@ withholds a parameter (BFCL miss_param)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any, Sequence
 
 from heart.environments.base import ToolCall
@@ -118,7 +119,7 @@ class PlannerAnswers:
         state.plan_calls = [calls[i] for i in state.plan_indices]
         text = json.dumps(p, ensure_ascii=False)
         query = " ".join(p["user_query"].split())
-        plan = []
+        plan, parts = [], {}
         for i, call in enumerate(state.plan_calls, 1):
             if call.name == CODE_PRIMITIVE:
                 plan.append({"step": i, "family": "code", "tool_category": CODE_CATEGORY, "tool_hint": CODE_PRIMITIVE,
@@ -128,14 +129,18 @@ class PlannerAnswers:
             tool = shown[call.name]
             telling = telling_arguments(call, state.plan_calls)
             told = self._args_parts({k: v for k, v in call.arguments.items() if k in telling}, text)
-            parts = told + self._args_parts({k: v for k, v in call.arguments.items() if k not in telling}, text)
-            objective = self._step_objective(call.name, tool["description"], parts)
-            if told and told[0] not in objective:
-                # the description leaves no room for what tells this call from its siblings:
-                # the tool's name in words is shorter
-                objective = self._step_objective(call.name, call.name.rsplit(".", 1)[-1].replace("_", " "), parts)
+            parts[i] = told + self._args_parts({k: v for k, v in call.arguments.items() if k not in telling}, text)
             plan.append({"step": i, "tool_category": tool.get("category", ""), "tool_hint": call.name,
-                         "objective": objective, "dependencies": [i - 1] if i > 1 else []})
+                         "objective": self._telling_objective(call.name, tool["description"], told, parts[i]),
+                         "dependencies": [i - 1] if i > 1 else []})
+        read_alike = Counter((s["tool_hint"], s["objective"]) for s in plan if s.get("family") != "code")
+        for step in plan:  # steps that still read alike (values the request words otherwise: 1.5% for
+            # 0.015, lists, results of earlier steps) say which of the tool's calls they are
+            if read_alike[step["tool_hint"], step["objective"]] > 1:
+                same_tool = [s["step"] for s in plan if s["tool_hint"] == step["tool_hint"]]
+                call_of_n = f"call {same_tool.index(step['step']) + 1} of {len(same_tool)}"
+                step["objective"] = self._telling_objective(step["tool_hint"], shown[step["tool_hint"]]["description"],
+                                                            [call_of_n], [call_of_n, *parts[step["step"]]])
         constraints = []
         for call in state.plan_calls:
             if call.name == CODE_PRIMITIVE:
@@ -166,6 +171,17 @@ class PlannerAnswers:
                       "subgoals": [self._subgoal(call, state.plan_calls, shown, text) for call in state.plan_calls],
                       "plan": plan, "replanned": answer["replanned"]}
         return answer, meta
+
+    def _telling_objective(self, tool: str, description: str, told: list[str], parts: list[str]) -> str:
+        """A step's objective (:meth:`_step_objective`) that keeps every part of ``told`` (what
+        tells the call from the plan's other calls of its tool) where the tool's name in words,
+        shorter than its description, leaves room for them."""
+        objective = self._step_objective(tool, description, parts)
+        if any(part not in objective for part in told):
+            shorter = self._step_objective(tool, tool.rsplit(".", 1)[-1].replace("_", " "), parts)
+            if sum(part in shorter for part in told) > sum(part in objective for part in told):
+                return shorter
+        return objective
 
     def _subgoal(self, call: ToolCall, calls: list[ToolCall], shown: dict[str, dict[str, str]], text: str) -> str:
         """A sub-goal of the request, for one gold call of ``calls`` (the plan's): the tool's

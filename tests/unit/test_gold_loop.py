@@ -313,3 +313,14 @@ def test_steps_of_one_tool_name_what_tells_them_apart(tmp_path):
     (plan,) = [r["parsed"]["plan"] for r in rows if r.get("role") == "planner"]
     assert [s["objective"] for s in plan] == ["Calculate the induced electromagnetic (d_time=4, b_field=5).",
                                               "Calculate the induced electromagnetic (d_time=10, b_field=5)."]
+
+
+def test_steps_that_still_read_alike_say_which_call_they_are(tmp_path):
+    """BFCL parallel_125 estimates an elephant population at growth rates 0.02, 0.015 and 0.025,
+    which the request words as percentages: no value can tell the steps apart, so each says
+    which of the tool's calls it is (before, three identical objectives)."""
+    environment = load_environment("bfcl", category="parallel")
+    rows = collect(environment, ["parallel_125"], tmp_path / "t.jsonl", config=LoopConfig(router_mode="step"))
+    (plan,) = [r["parsed"]["plan"] for r in rows if r.get("role") == "planner"]
+    assert [s["objective"] for s in plan] == [f"Estimate future population of elephants (call {k} of 3)."
+                                              for k in (1, 2, 3)]
