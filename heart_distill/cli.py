@@ -383,8 +383,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.joint:
         from heart_distill.train.launch import run_joint
 
-        return run_joint(args.recipe, args.joint, roles, args.overrides)
-    return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel)
+        return run_joint(args.recipe, args.joint, roles, args.overrides, args.stop_after)
+    return run_roles(args.recipe, roles, args.overrides, parallel=args.parallel, stop_after=args.stop_after)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -598,6 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--joint", metavar="ADAPTERS", type=Path,
                    help="one adapter for every role instead, in ADAPTERS/joint (served with --roles ADAPTERS): the "
                         "union of their rows, with their optimizer steps and recipe (the control of the role split)")
+    p.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="stop at the first optimizer step after this many minutes, with a checkpoint, and exit 75; "
+                        "the same command run again resumes there (a long training in bounded slots)")
     p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     p.set_defaults(func=cmd_train)
 

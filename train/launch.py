@@ -24,6 +24,7 @@ import yaml
 
 from heart_distill.recipes import load_roles
 from heart_distill.train.config import Recipe, RecipeError, load_recipe, override_scope, role_overrides
+from heart_distill.train.sft import PAUSED
 
 RECIPE_SECTIONS = frozenset(f.name for f in dataclasses.fields(Recipe))
 """Top-level keys of one role's recipe (a roles.yaml has ``accelerate_config`` and ``roles``)."""
@@ -35,15 +36,18 @@ def _device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def role_command(recipes: str | list[str], accelerate_config: str | None, overrides: list[str]) -> list[str]:
-    """One ``accelerate launch -m heart_distill.train.sft`` that trains ``recipes`` one after another."""
+def role_command(recipes: str | list[str], accelerate_config: str | None, overrides: list[str],
+                 stop_after: float | None = None) -> list[str]:
+    """One ``accelerate launch -m heart_distill.train.sft`` that trains ``recipes`` one after another
+    (stopping at a checkpoint after ``stop_after`` minutes: :data:`heart_distill.train.sft.PAUSED`)."""
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
     if accelerate_config:
         accelerate += ["--config_file", accelerate_config]
     if _device_count() == 0:  # accelerate picks the same number for a CPU run, with a warning that it did
         accelerate += ["--num_cpu_threads_per_process", str(len(os.sched_getaffinity(0)))]
     recipe_args = [arg for recipe in ([recipes] if isinstance(recipes, str) else recipes) for arg in ("--recipe", recipe)]
-    return [*accelerate, "-m", "heart_distill.train.sft", *recipe_args, *overrides]
+    slot = ["--stop-after", f"{stop_after:g}"] if stop_after is not None else []
+    return [*accelerate, "-m", "heart_distill.train.sft", *recipe_args, *slot, *overrides]
 
 
 def _recipe_kind(path: Path) -> str:
@@ -86,9 +90,10 @@ def training_spec(recipe_path: str | Path, overrides: list[str] | None = None) -
 
 
 def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides: list[str] | None = None,
-              parallel: bool = False) -> int:
+              parallel: bool = False, stop_after: float | None = None) -> int:
     """Train the given roles (default: all in the roles.yaml; a single role's recipe trains that
-    role, see :func:`training_spec`); returns the first non-zero exit status, else 0."""
+    role, see :func:`training_spec`); returns the first non-zero exit status, else 0
+    (:data:`~heart_distill.train.sft.PAUSED` when ``stop_after`` minutes stopped it at a checkpoint)."""
     overrides = overrides or []
     try:
         spec = training_spec(recipe_path, overrides)
@@ -114,7 +119,8 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
             return 2
     devices = _device_count() if parallel else 0
     if parallel and devices >= 2:
-        commands = {role: role_command(spec["roles"][role], spec["accelerate_config"], overrides) for role in chosen}
+        commands = {role: role_command(spec["roles"][role], spec["accelerate_config"], overrides, stop_after)
+                    for role in chosen}
         running = []
         for index, (role, command) in enumerate(commands.items()):  # one GPU per role, in waves
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index % devices)}
@@ -131,17 +137,20 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
               file=sys.stderr)
     # One after another in one process: each role would otherwise pay for starting Python and
     # importing torch/transformers/TRL again (~15 s on a 2-core CPU).
-    command = role_command([spec["roles"][role] for role in chosen], spec["accelerate_config"], overrides)
+    command = role_command([spec["roles"][role] for role in chosen], spec["accelerate_config"], overrides, stop_after)
     print(f"train.launch: {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
     status = subprocess.call(command)
-    if status != 0:
+    if status == PAUSED:
+        print(f"train.launch: stopped after {stop_after:g} min at a checkpoint; the same command resumes",
+              file=sys.stderr)
+    elif status != 0:
         print(f"train.launch: {', '.join(chosen)} failed ({status}); roles whose adapter was written are done",
               file=sys.stderr)
     return status
 
 
 def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | None = None,
-              overrides: list[str] | None = None) -> int:
+              overrides: list[str] | None = None, stop_after: float | None = None) -> int:
     """Train one adapter into ``<adapters>/joint`` on the union of the roles' rows, with their
     steps and their recipe (:mod:`heart_distill.train.joint`); 0 or the failing exit status."""
     from heart_distill.train.joint import write_joint
@@ -159,9 +168,13 @@ def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | 
     except RecipeError as err:
         print(f"train.launch: {err}", file=sys.stderr)
         return 2
-    command = role_command(str(joint_recipe), spec["accelerate_config"], [])
+    command = role_command(str(joint_recipe), spec["accelerate_config"], [], stop_after)
     print(f"train.launch: joint adapter of {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
-    return subprocess.call(command)
+    status = subprocess.call(command)
+    if status == PAUSED:
+        print(f"train.launch: stopped after {stop_after:g} min at a checkpoint; the same command resumes",
+              file=sys.stderr)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,12 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--joint", metavar="ADAPTERS", default=None,
                         help="one adapter for every role instead (ADAPTERS/joint), on the union of their rows with "
                              "their steps and recipe")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES", default=None,
+                        help=f"stop at a checkpoint after this many minutes (exit {PAUSED}); the same command resumes")
     parser.add_argument("overrides", nargs="*", help="section.key=value applied to every role's recipe")
     args = parser.parse_args(argv)
     roles = [r.strip() for r in args.roles.split(",") if r.strip()] or None
     if args.joint:
-        return run_joint(args.recipe, args.joint, roles, args.overrides)
-    return run_roles(args.recipe, roles, args.overrides, args.parallel)
+        return run_joint(args.recipe, args.joint, roles, args.overrides, args.stop_after)
+    return run_roles(args.recipe, roles, args.overrides, args.parallel, args.stop_after)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ training. ``{role}`` in an override's value is replaced by each recipe's ``data.
 
 A killed run rerun with the same output.dir resumes from its last checkpoint (output.dir/checkpoints);
 a finished output.dir (it holds manifest.json) is refused unless output.overwrite=true.
+``--stop-after MINUTES`` stops a training that would outlast a time slot at the first optimizer
+step past it, with a checkpoint, and exits with :data:`PAUSED`: the same command run again
+resumes there, so a long training runs in slots of a bounded length.
 """
 
 from __future__ import annotations
@@ -20,11 +23,16 @@ import json
 import resource
 import shutil
 import sys
+import time
 import warnings
 from pathlib import Path
 
 from heart.progress import quiet_console, quiet_library_bars
 from heart_distill.train.config import RecipeError, load_recipe, role_overrides
+
+PAUSED = 75
+"""Exit status of a training ``--stop-after`` stopped at a checkpoint (sysexits' EX_TEMPFAIL:
+run the same command again to resume)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
                              "this one process, one after another")
     parser.add_argument("overrides", nargs="*",
                         help="section.key=value, e.g. sft.max_steps=5; '{role}' in a value is each recipe's role")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES", default=None,
+                        help=f"stop at the first optimizer step after this many minutes, with a checkpoint, and exit "
+                             f"{PAUSED}; run the same command again to resume (roles not started wait for that run)")
     args = parser.parse_args(argv)
+    deadline = time.monotonic() + 60.0 * args.stop_after if args.stop_after is not None else None
     quiet_library_bars()
     # peft reads a model's is_gradient_checkpointing, which transformers 5 deprecates in favour
     # of is_activation_checkpointing: a note between two libraries, nothing a recipe can change
@@ -46,15 +58,37 @@ def main(argv: list[str] | None = None) -> int:
         except RecipeError as err:
             print(f"train.sft: {err}", file=sys.stderr)
             return 2
-    for recipe in recipes:
-        status = train_role(recipe)
+    for index, recipe in enumerate(recipes):
+        if index and deadline is not None and time.monotonic() >= deadline:
+            print(f"train.sft: --stop-after {args.stop_after:g} min reached; not started: "
+                  f"{', '.join(r.data.role for r in recipes[index:])} (run the same command again)", file=sys.stderr)
+            return PAUSED
+        status = train_role(recipe, deadline)
         if status != 0:
             return status
     return 0
 
 
-def train_role(recipe) -> int:
-    """Train one role's adapter from a loaded recipe and publish it to ``output.dir``."""
+def stop_at_deadline(deadline: float):
+    """A TrainerCallback that saves a checkpoint and stops at the first optimizer step past
+    ``deadline`` (``time.monotonic()``); its ``stopped_at`` is that step, else None."""
+    from transformers import TrainerCallback
+
+    class StopAtDeadline(TrainerCallback):
+        stopped_at: int | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.monotonic() >= deadline and state.global_step < state.max_steps:
+                control.should_save = control.should_training_stop = True
+                self.stopped_at = state.global_step
+            return control
+
+    return StopAtDeadline()
+
+
+def train_role(recipe, deadline: float | None = None) -> int:
+    """Train one role's adapter from a loaded recipe and publish it to ``output.dir``; with a
+    ``deadline`` (``time.monotonic()``) past which it stops at a checkpoint, :data:`PAUSED`."""
     import torch
     from peft import LoraConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -124,7 +158,17 @@ def train_role(recipe) -> int:
     start_step = int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
     tokens_before = json.loads((Path(checkpoint) / "trainer_state.json").read_text()).get(
         "num_input_tokens_seen", 0) if checkpoint else 0
+    stopper = stop_at_deadline(deadline) if deadline is not None else None
+    if stopper is not None:
+        trainer.add_callback(stopper)
     result = trainer.train(resume_from_checkpoint=checkpoint)
+    if stopper is not None and stopper.stopped_at is not None:
+        print(f"train.sft: {label}: stopped by --stop-after at step {stopper.stopped_at} of "
+              f"{trainer.state.max_steps} with a checkpoint in {out / 'checkpoints'}; run the same command again "
+              f"to resume", file=sys.stderr)
+        del trainer, model
+        gc.collect()
+        return PAUSED
     eval_metrics = trainer.evaluate() if "validation" in splits else {"eval_loss": None}
 
     if trainer.is_fsdp_enabled:  # checkpoints are sharded; the adapter we ship is one plain file

@@ -106,6 +106,24 @@ def test_resume_after_kill(tmp_path, planner_data, smollm2_path):
     assert metrics["resumed_from_step"] == 2 and metrics["steps"] == 4
 
 
+def test_a_time_slot_stops_at_a_checkpoint_and_the_same_command_resumes(tmp_path, tiny_qwen3_path):
+    """--stop-after 0: one optimizer step, a checkpoint, exit PAUSED and no adapter; the same
+    command without a slot resumes at that step and finishes."""
+    from heart_distill.train.sft import PAUSED
+
+    data = write_synthetic_role_dataset(tmp_path / "data", "router", 4, 2, compact=True)
+    out = tmp_path / "router"
+    command = ["--recipe", str(REPO / "recipes/smollm2-135m/router.yaml"), "model.name=tiny-qwen3",
+               "output.max_serving_rank=8", "lora.top_layers=0",
+               *overrides(data, out, "sft.max_steps=3", "sft.save_steps=100", "data.system_prompt=short")]
+    assert sft_main(["--stop-after", "0", *command]) == PAUSED
+    assert (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file()
+    assert not (out / "manifest.json").exists()
+    assert sft_main(command) == 0
+    metrics = json.loads((out / "manifest.json").read_text())["metrics"]
+    assert metrics["resumed_from_step"] == 1 and metrics["steps"] == 3
+
+
 def test_tiny_qwen3_template_and_assistant_only_loss(tmp_path, tiny_qwen3_path):
     data = write_synthetic_role_dataset(tmp_path / "data", "router", 4, 2, compact=True)
     out = tmp_path / "router"

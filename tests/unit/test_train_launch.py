@@ -128,3 +128,20 @@ def test_a_joint_adapter_refuses_roles_whose_recipes_differ(tmp_path, capsys):
                             [f"data.dataset_dir={tmp_path}/datasets/{{role}}", "router:sft.learning_rate=5e-4"]) == 2
     assert "router's sft.learning_rate is 0.0005, planner's 0.003: give it once as an override" in capsys.readouterr().err
     assert not (tmp_path / "adapters").exists()
+
+
+def test_a_time_slot_reaches_the_training_and_a_pause_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    """``heart train --stop-after M``: the training process gets the slot, and its pause (exit
+    75, a checkpoint written) is reported as one to resume, not as a failure."""
+    from heart_distill.train.sft import PAUSED
+    from heart_distill.train.synthetic import write_synthetic_role_dataset
+
+    started = []
+    monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or PAUSED)
+    write_synthetic_role_dataset(tmp_path, "planner", 2, 1, compact=True)
+    status = launch.run_roles(ROLES, ["planner"], [f"data.dataset_dir={tmp_path}/planner"], stop_after=50)
+    assert status == PAUSED == 75
+    (command,) = started
+    assert command[command.index("--stop-after") + 1] == "50"
+    err = capsys.readouterr().err
+    assert "stopped after 50 min at a checkpoint; the same command resumes" in err and "failed" not in err
