@@ -20,7 +20,10 @@ runs a few chunks and commits the folder leaves a result and the next session re
 After every chunk the report (``report.md``, ``report.json``) is recomputed from every finished
 chunk so far: per condition and arm, tasks so far of those planned, success with its 95%
 interval, the paired difference of each adapted arm and the teacher over the base on the same
-tasks, and each chunk's wall time.
+tasks, the paired contrasts the recipe names, the measures that move before whole tasks do
+(per-turn success on multi-turn BFCL; the share of first plans that hold the gold calls'
+tools, beside the one-step rule), where each failed episode broke, the distillation-seed
+statistics, and each chunk's wall time.
 """
 
 from __future__ import annotations
@@ -346,6 +349,56 @@ def failure_points(folder: Path, environment: Any, replan_budget: int) -> dict[s
     return counts
 
 
+# -- first plans against the gold calls --------------------------------------------------------
+
+def offered_tools(event: dict[str, Any]) -> list[str]:
+    """The tools a Planner call was offered, in the order it saw them (the code family left out)."""
+    user = next((m["content"] for m in event.get("messages") or [] if m.get("role") == "user"), "")
+    try:
+        view = json.loads(user.split("\n", 1)[1])
+    except (IndexError, ValueError):
+        return []
+    tools = view.get("available_tools") if isinstance(view, dict) else None
+    return [name for category, names in (tools or {}).items() if category != "code" and isinstance(names, dict)
+            for name in names]
+
+
+def first_plans(events: list[dict[str, Any]], gold_turns: list[list[Any]]) -> list[tuple[bool, bool]]:
+    """Per turn with gold calls and a Planner call: (its first plan holds the gold calls' tools,
+    each as many times as the gold calls do; so does the one-step rule: the first tool the
+    Planner was offered, once). A measure that moves before whole episodes do, beside the
+    trivial rule it must beat."""
+    planner = [e for e in events if e.get("kind", "event") == "event" and e["role"] == "planner"]
+    rows = []
+    for turn, gold in enumerate(gold_turns):
+        first = next((e for e in planner if e.get("turn") == turn), None)
+        if first is None or not gold:
+            continue
+        wanted = sorted(call.name for call in gold)
+        parsed = first.get("parsed") or {}
+        planned = sorted(step.get("tool_hint") for step in parsed.get("plan") or []
+                         if step.get("family", "tool") != "code") if parsed.get("status") == "SUFFICIENT" else []
+        rows.append((planned == wanted, offered_tools(first)[:1] == wanted))
+    return rows
+
+
+def plan_figures(folder: Path, environment: Any) -> dict[str, tuple[float, float]]:
+    """Task id → (the share of its turns whose first plan holds the gold calls' tools, the
+    one-step rule's share) over the scored episodes of an arm's folder."""
+    episodes = _episodes(folder)
+    events: dict[str, list[dict[str, Any]]] = {}
+    for line in _trace_lines(folder):
+        event = json.loads(line) if line.strip() else None
+        if event and event.get("task_id") in episodes:
+            events.setdefault(event["task_id"], []).append(event)
+    shares = {}
+    for task_id in episodes:
+        rows = first_plans(events.get(task_id, []), environment.load_task(task_id).gold)
+        if rows:
+            shares[task_id] = (sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows) / len(rows))
+    return shares
+
+
 # -- the report -------------------------------------------------------------------------------
 
 def _episodes(folder: Path) -> dict[str, dict[str, Any]]:
@@ -383,6 +436,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
             for c in finished:
                 for point, n in failure_points(c.arm_folder(arm), environment, budget).items():
                     broke[point] += n
+            plans = {t: v for c in finished for t, v in plan_figures(c.arm_folder(arm), environment).items()}
             turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
             arms[arm.name] = {"tasks": len(episodes),
                               "success": _estimate([float(bool(r["success"])) for r in episodes.values()]),
@@ -390,6 +444,9 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                               # before its first failing one, averaged over episodes
                               **({"per_turn_success": _estimate([r["checker"]["turns_passed"] / r["checker"]["turns"]
                                                                  for r in turns])} if turns else {}),
+                              # first plans against the gold calls, and the one-step rule on the same inputs
+                              **({"first_plan_right": _estimate([v[0] for v in plans.values()]),
+                                  "one_step_rule": _estimate([v[1] for v in plans.values()])} if plans else {}),
                               "errored": sum(len(c.tasks) for c in finished) - len(episodes),
                               "failure_points": broke, "_episodes": episodes}
         if base is not None:
@@ -529,6 +586,17 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
         for c in multi_turn:
             lines.append(f"| {c['name']} | " + " | ".join(_pct(c["arms"][a].get("per_turn_success", {}))
                                                       for a in arms) + " |")
+    planned = [c for c in report["conditions"] if any("first_plan_right" in c["arms"][a] for a in arms)]
+    if planned:
+        lines += ["", "First plans against the gold calls (percent of an episode's turns, averaged over episodes: "
+                  "the turn's first plan holds the gold calls' tools, each as often as the gold calls do), beside "
+                  "the one-step rule (the first tool the Planner is offered, once) on the first arm's inputs: a "
+                  "measure that moves before whole tasks do:", "",
+                  "| condition | one-step rule | " + " | ".join(arms) + " |", "|---|---:|" + "---:|" * len(arms)]
+        for c in planned:
+            rule = next(c["arms"][a]["one_step_rule"] for a in arms if "one_step_rule" in c["arms"][a])
+            lines.append(f"| {c['name']} | {_pct(rule)} | "
+                         + " | ".join(_pct(c["arms"][a].get("first_plan_right", {})) for a in arms) + " |")
     lines += ["", "Where the failed episodes broke (counts; `heart_distill.eval.bench_e2e.FAILURE_POINTS`: the "
               "first of these in the loop's order that an episode's trace shows):", "",
               "| condition | arm | failed | " + " | ".join(FAILURE_POINTS) + " |",

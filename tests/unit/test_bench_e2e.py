@@ -164,6 +164,29 @@ def test_a_failed_episode_is_attributed_to_the_first_place_it_broke():
     assert point([plan("area", "area")], failed, gold, 3) == "other"
 
 
+def test_a_first_plan_is_right_when_it_holds_the_gold_calls_tools_as_often_as_they_do():
+    from heart.environments.base import ToolCall
+
+    offered = {"role": "user", "content": "Plan this query.\n" + json.dumps(
+        {"user_query": "q", "available_tools": {"code": {"compute": "c"}, "": {"area": "a", "volume": "v"}}})}
+
+    def plan(*tools, turn=0, status="SUFFICIENT"):
+        steps = [{"step": i, "tool_hint": t} for i, t in enumerate(tools, 1)] + [{"step": 9, "family": "code",
+                                                                                   "tool_hint": "compute"}]
+        return {"role": "planner", "turn": turn, "messages": [offered], "parsed": {"status": status, "plan": steps}}
+
+    assert bench_e2e.offered_tools(plan("area")) == ["area", "volume"]  # the code family left out
+    two = [[ToolCall("area", {"r": 3}), ToolCall("area", {"r": 5})]]
+    assert bench_e2e.first_plans([plan("area", "area"), plan("area", turn=0)], two) == [(True, False)]
+    assert bench_e2e.first_plans([plan("area")], two) == [(False, False)]  # one step for two calls
+    assert bench_e2e.first_plans([plan("area", status="INSUFFICIENT")], [[ToolCall("area", {})]]) == [(False, True)]
+    # the trivial rule is right where one call of the first offered tool is all the turn needs
+    assert bench_e2e.first_plans([plan("area")], [[ToolCall("area", {})]]) == [(True, True)]
+    # a turn without gold calls, or without a Planner call, is not counted
+    assert bench_e2e.first_plans([plan("volume", turn=1)], [[], [ToolCall("volume", {})], [ToolCall("area", {})]]) \
+        == [(True, False)]
+
+
 def test_multi_turn_conditions_report_per_turn_success(tmp_path):
     path = recipe(tmp_path, conditions=[{"name": "base", "env": "bfcl", "category": "multi_turn_base", "tasks": 1}])
     assert bench_e2e.main(["--recipe", str(path)]) == 0
