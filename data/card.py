@@ -288,6 +288,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     fails = clean_fails = 0
     clarifications, clarification_tasks = 0, set()
     plan_lengths = {"first": collections.Counter(), "replan": collections.Counter()}
+    # first plans by how many tools the input offers: a length the offer alone predicts (BFCL's
+    # `parallel` offers one tool and always wants several calls) is a cue, not a count of the request
+    offer_lengths = {"one tool": collections.Counter(), "several tools": collections.Counter()}
     writes_retried, priorities = 0, collections.Counter()
     for example in examples:
         payload, answer = _payload_and_answer(example)
@@ -307,6 +310,9 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
             steps = len(answer.get("plan") or [])
             bucket = "clarification" if answer.get("status") == "INSUFFICIENT" else PLAN_LENGTHS[min(steps, 3)]
             plan_lengths["replan" if example.get("attempt") else "first"][bucket] += 1
+            if not example.get("attempt"):
+                offered = [name for name, category in shown.items() if category != "code"]
+                offer_lengths["one tool" if len(offered) == 1 else "several tools"][bucket] += 1
             if answer.get("status") == "INSUFFICIENT":  # the Planner asks the user (Algorithm 1, lines 2-5)
                 clarifications += 1
                 clarification_tasks.add((example.get("env"), example.get("task_id")))
@@ -335,6 +341,8 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
         stats["clarification_tasks"] = len(clarification_tasks)
         stats["plan_lengths"] = {call: {b: counts[b] for b in (*PLAN_LENGTHS, "clarification")}
                                  for call, counts in plan_lengths.items()}
+        stats["first_plan_lengths_by_offer"] = {offer: {b: counts[b] for b in (*PLAN_LENGTHS, "clarification")}
+                                                for offer, counts in offer_lengths.items()}
     if role == "router":
         stats["literal_values"] = literal_total
         stats["grounded_rate"] = round(1 - literal_missing / literal_total, 4) if literal_total else None
@@ -367,6 +375,14 @@ def render_quality(role: str, quality: dict[str, Any], prompt_tokens: dict[str, 
                       "| call | " + " | ".join(lengths["first"]) + " |", "|---|" + "---:|" * len(lengths["first"])]
             for call, label in (("first", "first plan of a turn"), ("replan", "re-plan")):
                 lines.append(f"| {label} | " + " | ".join(str(n) for n in lengths[call].values()) + " |")
+        by_offer = quality.get("first_plan_lengths_by_offer")
+        if by_offer:
+            lines += ["", "First plans by the tools the input offers (the code family aside): where one column "
+                      "holds a row, the offer alone predicts the length and the adapter can learn that cue "
+                      "instead of counting what the request asks for:", "",
+                      "| offered | " + " | ".join(lengths["first"]) + " |", "|---|" + "---:|" * len(lengths["first"])]
+            lines += [f"| {offer} | " + " | ".join(str(n) for n in counts.values()) + " |"
+                      for offer, counts in by_offer.items()]
     if role == "router":
         lines.append(f"- grounded rate (literal binding values found in the Router's input): "
                      f"{quality.get('grounded_rate')} of {quality.get('literal_values')} values")

@@ -445,3 +445,28 @@ def test_tasks_without_expected_calls_train_only_where_the_teachers_verifier_pas
     card = (out / "planner" / "README.md").read_text()
     assert "Rows verified by the environment's checker: 1; by the teacher's own Verifier" in card
     assert "1 such episodes): 1." in card
+
+
+def test_the_planner_card_counts_first_plans_by_the_tools_offered():
+    """A length the offer alone predicts (one tool offered, always several calls) shows in the
+    card: the cue a Planner adapter learns instead of counting the request."""
+    from heart.roles import planner
+    from heart.roles.common import render_input
+    from heart_distill.data.card import quality_stats, render_quality
+
+    def row(tools, steps, attempt=0):
+        payload = planner.build_payload("q", [{"name": t, "category": "", "description": t} for t in tools])
+        plan = [{"step": i, "tool_category": "", "tool_hint": tools[0], "objective": "o", "dependencies": []}
+                for i in range(1, steps + 1)]
+        answer = {"status": "SUFFICIENT", "intent": {"task": "t", "objective": "o", "tool_categories": [""],
+                                                     "constraints": []}, "plan": plan, "replanned": False}
+        return {"messages": [{"role": "user", "content": render_input(planner.INSTRUCTION, payload)},
+                             {"role": "assistant", "content": json.dumps(answer)}], "attempt": attempt}
+
+    examples = [row(["area"], 2), row(["area"], 3), row(["area", "volume"], 1), row(["area"], 1, attempt=1)]
+    quality = quality_stats("planner", examples)
+    by_offer = quality["first_plan_lengths_by_offer"]
+    assert by_offer["one tool"]["2 steps"] == 1 and by_offer["one tool"]["3+ steps"] == 1
+    assert by_offer["one tool"]["1 step"] == 0  # the re-plan is not a first plan
+    assert by_offer["several tools"]["1 step"] == 1
+    assert "| one tool | 0 | 0 | 1 | 1 | 0 |" in "\n".join(render_quality("planner", quality, {}))
