@@ -24,7 +24,7 @@ import yaml
 
 from heart_distill.recipes import load_roles
 from heart_distill.train.config import Recipe, RecipeError, load_recipe, override_scope, role_overrides
-from heart_distill.train.sft import PAUSED
+from heart_distill.train.sft import PAUSE_MARKER, PAUSED
 
 RECIPE_SECTIONS = frozenset(f.name for f in dataclasses.fields(Recipe))
 """Top-level keys of one role's recipe (a roles.yaml has ``accelerate_config`` and ``roles``)."""
@@ -40,7 +40,8 @@ def role_command(recipes: str | list[str], accelerate_config: str | None, overri
                  stop_after: float | None = None) -> list[str]:
     """One ``accelerate launch -m heart_distill.train.sft`` that trains ``recipes`` one after another
     (stopping at a checkpoint after ``stop_after`` minutes: :data:`heart_distill.train.sft.PAUSED`)."""
-    accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
+    # --quiet: a failing child's own traceback is what matters; accelerate's would only repeat its status
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--quiet"]
     if accelerate_config:
         accelerate += ["--config_file", accelerate_config]
     if _device_count() == 0:  # accelerate picks the same number for a CPU run, with a warning that it did
@@ -89,6 +90,14 @@ def training_spec(recipe_path: str | Path, overrides: list[str] | None = None) -
     return {"accelerate_config": accelerate_config, "roles": {role: str(path)}}
 
 
+def paused(status: int, output_dirs: list[Path]) -> int:
+    """``status`` of a training process, :data:`PAUSED` where ``--stop-after`` stopped one of
+    ``output_dirs`` at a checkpoint (its marker says so: accelerate reports any stop as 1)."""
+    if status != 0 and any((Path(d) / "checkpoints" / PAUSE_MARKER).is_file() for d in output_dirs):
+        return PAUSED
+    return status
+
+
 def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides: list[str] | None = None,
               parallel: bool = False, stop_after: float | None = None) -> int:
     """Train the given roles (default: all in the roles.yaml; a single role's recipe trains that
@@ -111,9 +120,10 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
         print(f"train.launch: override(s) scoped to {stray}, which {recipe_path} has no recipe for "
               f"(has: {', '.join(spec['roles'])})", file=sys.stderr)
         return 2
+    outputs = []
     for role in chosen:
         try:
-            load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides))
+            outputs.append(Path(load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides)).output.dir))
         except RecipeError as err:
             print(f"train.launch: {role}: {err}", file=sys.stderr)
             return 2
@@ -127,9 +137,14 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
             running.append((role, subprocess.Popen(command, env=env)))
             if len(running) == devices or index == len(commands) - 1:
                 for done_role, process in running:
-                    if process.wait() != 0:
-                        print(f"train.launch: {done_role} failed ({process.returncode})", file=sys.stderr)
-                        return process.returncode
+                    status = paused(process.wait(), [outputs[chosen.index(done_role)]])
+                    if status == PAUSED:
+                        print(f"train.launch: {done_role} stopped after {stop_after:g} min at a checkpoint; the "
+                              f"same command resumes", file=sys.stderr)
+                        return status
+                    if status != 0:
+                        print(f"train.launch: {done_role} failed ({status})", file=sys.stderr)
+                        return status
                 running = []
         return 0
     if parallel:
@@ -139,7 +154,7 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
     # importing torch/transformers/TRL again (~15 s on a 2-core CPU).
     command = role_command([spec["roles"][role] for role in chosen], spec["accelerate_config"], overrides, stop_after)
     print(f"train.launch: {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
-    status = subprocess.call(command)
+    status = paused(subprocess.call(command), outputs)
     if status == PAUSED:
         print(f"train.launch: stopped after {stop_after:g} min at a checkpoint; the same command resumes",
               file=sys.stderr)
@@ -153,7 +168,7 @@ def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | 
               overrides: list[str] | None = None, stop_after: float | None = None) -> int:
     """Train one adapter into ``<adapters>/joint`` on the union of the roles' rows, with their
     steps and their recipe (:mod:`heart_distill.train.joint`); 0 or the failing exit status."""
-    from heart_distill.train.joint import write_joint
+    from heart_distill.train.joint import JOINT, write_joint
 
     overrides = overrides or []
     try:
@@ -170,7 +185,7 @@ def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | 
         return 2
     command = role_command(str(joint_recipe), spec["accelerate_config"], [], stop_after)
     print(f"train.launch: joint adapter of {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
-    status = subprocess.call(command)
+    status = paused(subprocess.call(command), [Path(adapters) / JOINT])
     if status == PAUSED:
         print(f"train.launch: stopped after {stop_after:g} min at a checkpoint; the same command resumes",
               file=sys.stderr)

@@ -33,6 +33,10 @@ from heart_distill.train.config import RecipeError, load_recipe, role_overrides
 PAUSED = 75
 """Exit status of a training ``--stop-after`` stopped at a checkpoint (sysexits' EX_TEMPFAIL:
 run the same command again to resume)."""
+PAUSE_MARKER = "paused.json"
+"""Written to ``<output.dir>/checkpoints`` when ``--stop-after`` stops a training, removed when
+it resumes: what tells a launcher the pause apart from a failure (``accelerate launch`` exits
+1 for any non-zero status of its child)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +110,7 @@ def train_role(recipe, deadline: float | None = None) -> int:
     checkpoints = Path(recipe.output.dir) / "checkpoints"
     if recipe.output.overwrite and (Path(recipe.output.dir) / "manifest.json").is_file() and checkpoints.is_dir():
         shutil.rmtree(checkpoints)  # kept checkpoints of the finished run: train again, do not resume it
+    (checkpoints / PAUSE_MARKER).unlink(missing_ok=True)  # this run resumes the pause, or starts afresh
 
     base_path = resolve_model(recipe.model.name)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
@@ -163,6 +168,8 @@ def train_role(recipe, deadline: float | None = None) -> int:
         trainer.add_callback(stopper)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     if stopper is not None and stopper.stopped_at is not None:
+        (out / "checkpoints" / PAUSE_MARKER).write_text(json.dumps(
+            {"step": stopper.stopped_at, "max_steps": trainer.state.max_steps}) + "\n")
         print(f"train.sft: {label}: stopped by --stop-after at step {stopper.stopped_at} of "
               f"{trainer.state.max_steps} with a checkpoint in {out / 'checkpoints'}; run the same command again "
               f"to resume", file=sys.stderr)

@@ -109,7 +109,7 @@ def test_resume_after_kill(tmp_path, planner_data, smollm2_path):
 def test_a_time_slot_stops_at_a_checkpoint_and_the_same_command_resumes(tmp_path, tiny_qwen3_path):
     """--stop-after 0: one optimizer step, a checkpoint, exit PAUSED and no adapter; the same
     command without a slot resumes at that step and finishes."""
-    from heart_distill.train.sft import PAUSED
+    from heart_distill.train.sft import PAUSE_MARKER, PAUSED
 
     data = write_synthetic_role_dataset(tmp_path / "data", "router", 4, 2, compact=True)
     out = tmp_path / "router"
@@ -118,8 +118,9 @@ def test_a_time_slot_stops_at_a_checkpoint_and_the_same_command_resumes(tmp_path
                *overrides(data, out, "sft.max_steps=3", "sft.save_steps=100", "data.system_prompt=short")]
     assert sft_main(["--stop-after", "0", *command]) == PAUSED
     assert (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file()
-    assert not (out / "manifest.json").exists()
-    assert sft_main(command) == 0
+    assert (out / "checkpoints" / PAUSE_MARKER).is_file() and not (out / "manifest.json").exists()
+    assert sft_main([*command, "output.keep_checkpoints=true"]) == 0
+    assert not (out / "checkpoints" / PAUSE_MARKER).exists()  # resumed: no longer a pause
     metrics = json.loads((out / "manifest.json").read_text())["metrics"]
     assert metrics["resumed_from_step"] == 1 and metrics["steps"] == 3
 

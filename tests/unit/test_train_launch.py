@@ -34,10 +34,10 @@ def test_runs_roles_in_order_through_accelerate(tmp_path, monkeypatch):
     # one override per role would need per-role values; the dataset_dir override is shared here
     assert launch.run_roles(ROLES, ["planner"], [f"data.dataset_dir={tmp_path}/planner"], parallel=True) == 0
     (command,) = started
-    assert command[1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
-    assert command[4].endswith("recipes/smollm2-135m/../accelerate/cpu.yaml")
-    assert command[5:7] == ["--num_cpu_threads_per_process", "3"]  # said, so accelerate need not warn it chose
-    assert command[7:11] == ["-m", "heart_distill.train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
+    assert command[1:5] == ["-m", "accelerate.commands.launch", "--quiet", "--config_file"]
+    assert command[5].endswith("recipes/smollm2-135m/../accelerate/cpu.yaml")
+    assert command[6:8] == ["--num_cpu_threads_per_process", "3"]  # said, so accelerate need not warn it chose
+    assert command[8:12] == ["-m", "heart_distill.train.sft", "--recipe", str(REPO / "recipes/smollm2-135m/planner.yaml")]
     assert command[-1] == f"data.dataset_dir={tmp_path}/planner"
 
 
@@ -136,12 +136,26 @@ def test_a_time_slot_reaches_the_training_and_a_pause_says_how_to_resume(tmp_pat
     from heart_distill.train.sft import PAUSED
     from heart_distill.train.synthetic import write_synthetic_role_dataset
 
+    from heart_distill.train.sft import PAUSE_MARKER
+
+    out = tmp_path / "adapters" / "planner"
     started = []
-    monkeypatch.setattr(subprocess, "call", lambda command: started.append(command) or PAUSED)
+
+    def training(command, marker):
+        started.append(command)
+        if marker:  # what train.sft leaves when the slot ends; accelerate launch then exits 1
+            (out / "checkpoints").mkdir(parents=True)
+            (out / "checkpoints" / PAUSE_MARKER).write_text("{}")
+        return 1
+
     write_synthetic_role_dataset(tmp_path, "planner", 2, 1, compact=True)
-    status = launch.run_roles(ROLES, ["planner"], [f"data.dataset_dir={tmp_path}/planner"], stop_after=50)
-    assert status == PAUSED == 75
-    (command,) = started
+    overrides = [f"data.dataset_dir={tmp_path}/planner", f"output.dir={out}"]
+    monkeypatch.setattr(subprocess, "call", lambda command: training(command, marker=False))
+    assert launch.run_roles(ROLES, ["planner"], overrides, stop_after=50) == 1  # a failure stays one
+    assert "planner failed (1)" in capsys.readouterr().err
+    monkeypatch.setattr(subprocess, "call", lambda command: training(command, marker=True))
+    assert launch.run_roles(ROLES, ["planner"], overrides, stop_after=50) == PAUSED == 75
+    command = started[-1]
     assert command[command.index("--stop-after") + 1] == "50"
     err = capsys.readouterr().err
     assert "stopped after 50 min at a checkpoint; the same command resumes" in err and "failed" not in err
