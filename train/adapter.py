@@ -161,6 +161,10 @@ def adapter_card(manifest: dict[str, Any], out: Path) -> str:
     lora = manifest["lora"]
     data = manifest["dataset"]
     rows = "\n".join(f"| {k} | {_fmt(v)} |" for k, v in m.items())
+    # the folder the adapter is published to, not the staging folder the card is written in
+    out = Path(((manifest.get("recipe") or {}).get("output") or {}).get("dir") or out)
+    # a joint adapter is one module per role it serves (the model name is the role)
+    modules = " ".join(f"{served}={out}" for served in manifest.get("roles") or [role])
     return f"""---
 base_model: {base_id}
 library_name: peft
@@ -210,7 +214,7 @@ With vLLM multi-LoRA (the role is the model name):
 
 ```bash
 vllm serve {base['path']} --enable-lora --max-lora-rank {max(8, lora['r'])} \\
-    --lora-modules {role}={out}
+    --lora-modules {modules}
 ```
 """
 
