@@ -274,6 +274,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
     Verifier labels by fault kind and the share of FAILs on steps that executed cleanly."""
     import jsonschema
 
+    from heart.families import CODE_CATEGORY
     from heart.grounding import literals, ungrounded_literals
     from heart.roles import ROLE_MODULES, relevance
     from heart.roles.planner import shown_tools
@@ -311,7 +312,7 @@ def quality_stats(role: str, examples: Sequence[dict[str, Any]]) -> dict[str, An
             bucket = "clarification" if answer.get("status") == "INSUFFICIENT" else PLAN_LENGTHS[min(steps, 3)]
             plan_lengths["replan" if example.get("attempt") else "first"][bucket] += 1
             if not example.get("attempt"):
-                offered = [name for name, category in shown.items() if category != "code"]
+                offered = [name for name, category in shown.items() if category != CODE_CATEGORY]
                 offer_lengths["one tool" if len(offered) == 1 else "several tools"][bucket] += 1
             if answer.get("status") == "INSUFFICIENT":  # the Planner asks the user (Algorithm 1, lines 2-5)
                 clarifications += 1

@@ -313,8 +313,7 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
         first = next((e for e in planner if e.get("turn") == turn and (e.get("parsed") or {}).get("status")), None)
         if first is None or not gold or first["parsed"]["status"] != "SUFFICIENT":
             continue
-        planned = [step.get("tool_hint") for step in first["parsed"].get("plan") or []
-                   if step.get("family", "tool") != "code"]
+        planned = plan_tools(first["parsed"])
         wanted = [call.name for call in gold]
         if set(wanted) != set(planned):  # a gold tool missing, or a tool the turn does not need
             return "plan_tools"
@@ -332,18 +331,22 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
     return "other"
 
 
-def failure_points(folder: Path, environment: Any, replan_budget: int) -> dict[str, int]:
-    """Counts of :data:`FAILURE_POINTS` over the failed scored episodes of an arm's folder
-    (``environment``: the condition's, for the gold calls of its tasks)."""
-    failed = {t: r for t, r in _episodes(folder).items() if not r["success"]}
-    counts = dict.fromkeys(FAILURE_POINTS, 0)
-    if not failed:
-        return counts
+def task_events(folder: Path, task_ids: Any) -> dict[str, list[dict[str, Any]]]:
+    """Task id → its trace events, in order, for the tasks of ``task_ids`` in an arm's folder."""
     events: dict[str, list[dict[str, Any]]] = {}
     for line in _trace_lines(folder):
         event = json.loads(line) if line.strip() else None
-        if event and event.get("task_id") in failed:
+        if event and event.get("task_id") in task_ids:
             events.setdefault(event["task_id"], []).append(event)
+    return events
+
+
+def failure_points(episodes: dict[str, dict[str, Any]], events: dict[str, list[dict[str, Any]]],
+                   environment: Any, replan_budget: int) -> dict[str, int]:
+    """Counts of :data:`FAILURE_POINTS` over the failed ones of an arm's scored ``episodes``
+    (``events``: their traces; ``environment``: the condition's, for the gold calls of its tasks)."""
+    failed = {t: r for t, r in episodes.items() if not r["success"]}
+    counts = dict.fromkeys(FAILURE_POINTS, 0)
     for task_id, row in failed.items():
         counts[failure_point(events.get(task_id, []), row, environment.load_task(task_id).gold, replan_budget)] += 1
     return counts
@@ -351,16 +354,22 @@ def failure_points(folder: Path, environment: Any, replan_budget: int) -> dict[s
 
 # -- first plans against the gold calls --------------------------------------------------------
 
+def plan_tools(parsed: dict[str, Any]) -> list[str]:
+    """The tools a parsed Planner answer's plan calls, in step order (code steps left out)."""
+    return [step.get("tool_hint") for step in parsed.get("plan") or [] if step.get("family", "tool") != "code"]
+
+
 def offered_tools(event: dict[str, Any]) -> list[str]:
     """The tools a Planner call was offered, in the order it saw them (the code family left out)."""
-    user = next((m["content"] for m in event.get("messages") or [] if m.get("role") == "user"), "")
+    from heart.families import CODE_CATEGORY
+    from heart.roles.common import role_input
+    from heart.roles.planner import shown_tools
+
     try:
-        view = json.loads(user.split("\n", 1)[1])
-    except (IndexError, ValueError):
+        shown = shown_tools(role_input(event.get("messages") or []))
+    except (StopIteration, ValueError, KeyError, AttributeError, TypeError):
         return []
-    tools = view.get("available_tools") if isinstance(view, dict) else None
-    return [name for category, names in (tools or {}).items() if category != "code" and isinstance(names, dict)
-            for name in names]
+    return [name for name, category in shown.items() if category != CODE_CATEGORY]
 
 
 def first_plans(events: list[dict[str, Any]], gold_turns: list[list[Any]]) -> list[tuple[bool, bool]]:
@@ -376,21 +385,15 @@ def first_plans(events: list[dict[str, Any]], gold_turns: list[list[Any]]) -> li
             continue
         wanted = sorted(call.name for call in gold)
         parsed = first.get("parsed") or {}
-        planned = sorted(step.get("tool_hint") for step in parsed.get("plan") or []
-                         if step.get("family", "tool") != "code") if parsed.get("status") == "SUFFICIENT" else []
+        planned = sorted(plan_tools(parsed)) if parsed.get("status") == "SUFFICIENT" else []
         rows.append((planned == wanted, offered_tools(first)[:1] == wanted))
     return rows
 
 
-def plan_figures(folder: Path, environment: Any) -> dict[str, tuple[float, float]]:
+def plan_figures(episodes: dict[str, dict[str, Any]], events: dict[str, list[dict[str, Any]]],
+                 environment: Any) -> dict[str, tuple[float, float]]:
     """Task id → (the share of its turns whose first plan holds the gold calls' tools, the
-    one-step rule's share) over the scored episodes of an arm's folder."""
-    episodes = _episodes(folder)
-    events: dict[str, list[dict[str, Any]]] = {}
-    for line in _trace_lines(folder):
-        event = json.loads(line) if line.strip() else None
-        if event and event.get("task_id") in episodes:
-            events.setdefault(event["task_id"], []).append(event)
+    one-step rule's share) over an arm's scored ``episodes`` (``events``: their traces)."""
     shares = {}
     for task_id in episodes:
         rows = first_plans(events.get(task_id, []), environment.load_task(task_id).gold)
@@ -431,12 +434,13 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
         for arm in config.arms:
             # the chunks whose stamp holds this arm's command: an arm added later has fewer
             finished = [c for c, s in zip(done, stamps) if any(arm.name in label.split(",") for label in s["commands"])]
-            episodes = {t: r for c in finished for t, r in _episodes(c.arm_folder(arm)).items()}
-            broke: dict[str, int] = dict.fromkeys(FAILURE_POINTS, 0)
-            for c in finished:
-                for point, n in failure_points(c.arm_folder(arm), environment, budget).items():
-                    broke[point] += n
-            plans = {t: v for c in finished for t, v in plan_figures(c.arm_folder(arm), environment).items()}
+            episodes, events = {}, {}
+            for c in finished:  # each folder's episodes and trace read once, for both measures below
+                folder_episodes = _episodes(c.arm_folder(arm))
+                episodes.update(folder_episodes)
+                events.update(task_events(c.arm_folder(arm), folder_episodes))
+            broke = failure_points(episodes, events, environment, budget)
+            plans = plan_figures(episodes, events, environment)
             turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
             arms[arm.name] = {"tasks": len(episodes),
                               "success": _estimate([float(bool(r["success"])) for r in episodes.values()]),

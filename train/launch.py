@@ -90,10 +90,13 @@ def training_spec(recipe_path: str | Path, overrides: list[str] | None = None) -
     return {"accelerate_config": accelerate_config, "roles": {role: str(path)}}
 
 
-def paused(status: int, output_dirs: list[Path]) -> int:
-    """``status`` of a training process, :data:`PAUSED` where ``--stop-after`` stopped one of
-    ``output_dirs`` at a checkpoint (its marker says so: accelerate reports any stop as 1)."""
+def paused(status: int, output_dirs: list[Path], stop_after: float | None, label: str = "") -> int:
+    """``status`` of a training process, :data:`PAUSED` (and said so) where ``--stop-after``
+    stopped one of ``output_dirs`` at a checkpoint (its marker says so: accelerate reports any
+    stop as 1)."""
     if status != 0 and any((Path(d) / "checkpoints" / PAUSE_MARKER).is_file() for d in output_dirs):
+        print(f"train.launch: {label}stopped after {stop_after:g} min at a checkpoint; the same command resumes",
+              file=sys.stderr)
         return PAUSED
     return status
 
@@ -120,10 +123,10 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
         print(f"train.launch: override(s) scoped to {stray}, which {recipe_path} has no recipe for "
               f"(has: {', '.join(spec['roles'])})", file=sys.stderr)
         return 2
-    outputs = []
+    outputs = {}  # role → its output.dir, where a pause leaves its marker
     for role in chosen:
         try:
-            outputs.append(Path(load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides)).output.dir))
+            outputs[role] = Path(load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides)).output.dir)
         except RecipeError as err:
             print(f"train.launch: {role}: {err}", file=sys.stderr)
             return 2
@@ -137,13 +140,10 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
             running.append((role, subprocess.Popen(command, env=env)))
             if len(running) == devices or index == len(commands) - 1:
                 for done_role, process in running:
-                    status = paused(process.wait(), [outputs[chosen.index(done_role)]])
-                    if status == PAUSED:
-                        print(f"train.launch: {done_role} stopped after {stop_after:g} min at a checkpoint; the "
-                              f"same command resumes", file=sys.stderr)
-                        return status
-                    if status != 0:
+                    status = paused(process.wait(), [outputs[done_role]], stop_after, f"{done_role} ")
+                    if status not in (0, PAUSED):
                         print(f"train.launch: {done_role} failed ({status})", file=sys.stderr)
+                    if status != 0:
                         return status
                 running = []
         return 0
@@ -154,11 +154,8 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
     # importing torch/transformers/TRL again (~15 s on a 2-core CPU).
     command = role_command([spec["roles"][role] for role in chosen], spec["accelerate_config"], overrides, stop_after)
     print(f"train.launch: {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
-    status = paused(subprocess.call(command), outputs)
-    if status == PAUSED:
-        print(f"train.launch: stopped after {stop_after:g} min at a checkpoint; the same command resumes",
-              file=sys.stderr)
-    elif status != 0:
+    status = paused(subprocess.call(command), list(outputs.values()), stop_after)
+    if status not in (0, PAUSED):
         print(f"train.launch: {', '.join(chosen)} failed ({status}); roles whose adapter was written are done",
               file=sys.stderr)
     return status
@@ -185,11 +182,7 @@ def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | 
         return 2
     command = role_command(str(joint_recipe), spec["accelerate_config"], [], stop_after)
     print(f"train.launch: joint adapter of {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
-    status = paused(subprocess.call(command), [Path(adapters) / JOINT])
-    if status == PAUSED:
-        print(f"train.launch: stopped after {stop_after:g} min at a checkpoint; the same command resumes",
-              file=sys.stderr)
-    return status
+    return paused(subprocess.call(command), [Path(adapters) / JOINT], stop_after)
 
 
 def main(argv: list[str] | None = None) -> int:

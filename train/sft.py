@@ -168,10 +168,10 @@ def train_role(recipe, deadline: float | None = None) -> int:
         trainer.add_callback(stopper)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     if stopper is not None and stopper.stopped_at is not None:
-        (out / "checkpoints" / PAUSE_MARKER).write_text(json.dumps(
+        (checkpoints / PAUSE_MARKER).write_text(json.dumps(
             {"step": stopper.stopped_at, "max_steps": trainer.state.max_steps}) + "\n")
         print(f"train.sft: {label}: stopped by --stop-after at step {stopper.stopped_at} of "
-              f"{trainer.state.max_steps} with a checkpoint in {out / 'checkpoints'}; run the same command again "
+              f"{trainer.state.max_steps} with a checkpoint in {checkpoints}; run the same command again "
               f"to resume", file=sys.stderr)
         del trainer, model
         gc.collect()
