@@ -606,7 +606,7 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
               "| condition | arm | failed | " + " | ".join(FAILURE_POINTS) + " |",
               "|---|---|---:|" + "---:|" * len(FAILURE_POINTS)]
     for c in report["conditions"]:
-        for a in arms if c["tasks_so_far"] else []:  # conditions with no chunk yet: no rows
+        for a in (a for a in arms if c["arms"][a]["tasks"]):  # an arm that ran none of it: no row
             broke = c["arms"][a]["failure_points"]
             lines.append(f"| {c['name']} | {a} | {sum(broke.values())} | "
                          + " | ".join(str(broke[p]) for p in FAILURE_POINTS) + " |")

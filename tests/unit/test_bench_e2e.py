@@ -97,7 +97,10 @@ def test_an_arm_added_later_runs_alone_on_the_finished_chunks(tmp_path):
                                   {"name": "again", "roles": "teacher:gold"}])
     config = bench_e2e.load_bench(path)
     assert {bench_e2e.chunk_state(config, c) for c in bench_e2e.plan_chunks(config)} == {"new"}
+    assert bench_e2e.main(["--recipe", str(path), "--report-only"]) == 0
+    assert "| simple | again |" not in (out / "report.md").read_text()  # no episode yet: no failure row
     assert bench_e2e.main(["--recipe", str(path), "--max-chunks", "5"]) == 0
+    assert "| simple | again | 0 |" in (out / "report.md").read_text()
     stamp = json.loads((chunk / "stamp.json").read_text())
     assert stamp["commands"]["teacher"] == first_stamp["commands"]["teacher"]  # not run again
     assert (chunk / "teacher" / "trace.jsonl.gz").read_bytes() == teacher_trace
