@@ -50,6 +50,7 @@ from heart.environments.splits import SPLITS_VERSION
 from heart.roles import FORMATS_VERSION
 from heart_distill.arguments import loop_flags
 from heart_distill.eval.e2e_folder import EPISODES
+from heart_distill.eval.metrics import plan_tools
 from heart_distill.eval.report import DECISIVE_RUNS
 from heart_distill.eval.stats import bootstrap
 from heart_distill.pipeline import STAGE_ENV, fingerprint, heart_argv
@@ -313,7 +314,7 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
         first = next((e for e in planner if e.get("turn") == turn and (e.get("parsed") or {}).get("status")), None)
         if first is None or not gold or first["parsed"]["status"] != "SUFFICIENT":
             continue
-        planned = plan_tools(first["parsed"])
+        planned = plan_tools(first["parsed"], code_steps=False)
         wanted = [call.name for call in gold]
         if set(wanted) != set(planned):  # a gold tool missing, or a tool the turn does not need
             return "plan_tools"
@@ -354,11 +355,6 @@ def failure_points(episodes: dict[str, dict[str, Any]], events: dict[str, list[d
 
 # -- first plans against the gold calls --------------------------------------------------------
 
-def plan_tools(parsed: dict[str, Any]) -> list[str]:
-    """The tools a parsed Planner answer's plan calls, in step order (code steps left out)."""
-    return [step.get("tool_hint") for step in parsed.get("plan") or [] if step.get("family", "tool") != "code"]
-
-
 def offered_tools(event: dict[str, Any]) -> list[str]:
     """The tools a Planner call was offered, in the order it saw them (the code family left out)."""
     from heart.families import CODE_CATEGORY
@@ -384,8 +380,7 @@ def first_plans(events: list[dict[str, Any]], gold_turns: list[list[Any]]) -> li
         if first is None or not gold:
             continue
         wanted = sorted(call.name for call in gold)
-        parsed = first.get("parsed") or {}
-        planned = sorted(plan_tools(parsed)) if parsed.get("status") == "SUFFICIENT" else []
+        planned = sorted(plan_tools(first.get("parsed"), code_steps=False))
         rows.append((planned == wanted, offered_tools(first)[:1] == wanted))
     return rows
 

@@ -39,10 +39,13 @@ HEADLINE = {"planner": "tool_sequence_em", "router": "binding_step_em",
 
 # -- Planner -----------------------------------------------------------------------------
 
-def plan_tools(output: dict[str, Any] | None) -> list[str]:
+def plan_tools(output: dict[str, Any] | None, code_steps: bool = True) -> list[str]:
+    """The tools a Planner answer's plan calls, in step order; none unless it is SUFFICIENT
+    (``code_steps=False``: the Code primitive's steps left out, as the gold calls hold none)."""
     if not output or output.get("status") != "SUFFICIENT":
         return []
-    return [step.get("tool_hint") for step in output.get("plan") or []]
+    return [step.get("tool_hint") for step in output.get("plan") or []
+            if code_steps or step.get("family", "tool") != "code"]
 
 
 def planner_scores(target: dict[str, Any], prediction: dict[str, Any] | None,

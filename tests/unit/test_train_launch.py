@@ -133,10 +133,8 @@ def test_a_joint_adapter_refuses_roles_whose_recipes_differ(tmp_path, capsys):
 def test_a_time_slot_reaches_the_training_and_a_pause_says_how_to_resume(tmp_path, monkeypatch, capsys):
     """``heart train --stop-after M``: the training process gets the slot, and its pause (exit
     75, a checkpoint written) is reported as one to resume, not as a failure."""
-    from heart_distill.train.sft import PAUSED
+    from heart_distill.train.sft import PAUSE_MARKER, PAUSED
     from heart_distill.train.synthetic import write_synthetic_role_dataset
-
-    from heart_distill.train.sft import PAUSE_MARKER
 
     out = tmp_path / "adapters" / "planner"
     started = []
