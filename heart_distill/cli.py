@@ -380,6 +380,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from heart_distill.train.launch import run_roles
 
     roles = args.roles.split(",") if args.roles else None
+    if args.publish:
+        from heart_distill.train.launch import publish_roles
+
+        return publish_roles(args.recipe, args.publish, roles, args.overrides)
     if args.joint:
         from heart_distill.train.launch import run_joint
 
@@ -601,6 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="stop at the first optimizer step after this many minutes, with a checkpoint, and exit 75; "
                         "the same command run again resumes there (a long training in bounded slots)")
+    p.add_argument("--publish", metavar="DIR", type=Path,
+                   help="train nothing: copy the adapters this command line trained to DIR/<role> (e.g. a results "
+                        "folder to commit), their cards naming DIR; never overwrites")
     p.add_argument("overrides", nargs="*", help="key=value recipe overrides")
     p.set_defaults(func=cmd_train)
 

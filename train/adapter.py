@@ -155,14 +155,16 @@ def _serves(manifest: dict[str, Any]) -> str:
             "role split: `heart train --joint`)")
 
 
-def adapter_card(manifest: dict[str, Any], out: Path) -> str:
+def adapter_card(manifest: dict[str, Any], out: Path, published: Path | None = None) -> str:
+    """The card of the adapter in ``out``; its commands name ``published`` where it was copied
+    to (:func:`publish_adapter`), else the recipe's output folder."""
     role, base, m = manifest["role"], manifest["base_model"], manifest["metrics"]
     base_id = base.get("hf_id") or base["name"]
     lora = manifest["lora"]
     data = manifest["dataset"]
     rows = "\n".join(f"| {k} | {_fmt(v)} |" for k, v in m.items())
     # the folder the adapter is published to, not the staging folder the card is written in
-    out = Path(((manifest.get("recipe") or {}).get("output") or {}).get("dir") or out)
+    out = Path(published or ((manifest.get("recipe") or {}).get("output") or {}).get("dir") or out)
     # a joint adapter is one module per role it serves (the model name is the role)
     modules = " ".join(f"{served}={out}" for served in manifest.get("roles") or [role])
     return f"""---
@@ -217,6 +219,26 @@ vllm serve {base['path']} --enable-lora --max-lora-rank {max(8, lora['r'])} \\
     --lora-modules {modules}
 ```
 """
+
+
+def publish_adapter(src: Path, dest: Path) -> None:
+    """Copy the finished adapter folder ``src`` to ``dest`` (e.g. from a run folder to a results
+    folder that is committed), its card rewritten to name ``dest``; the manifest is unchanged
+    (it records where the adapter was trained). Raises ValueError where ``src`` holds no finished
+    adapter or ``dest`` exists (nothing is overwritten)."""
+    src, dest = Path(src), Path(dest)
+    missing = [name for name in (*ADAPTER_FILES, "manifest.json") if not (src / name).is_file()]
+    if missing:
+        raise ValueError(f"{src} holds no finished adapter (no {', '.join(missing)}): train it first")
+    if dest.exists():
+        raise ValueError(f"{dest} exists: publishing never overwrites an adapter folder")
+    manifest = json.loads((src / "manifest.json").read_text())
+    staging = dest.with_name(dest.name + ".publishing")
+    shutil.rmtree(staging, ignore_errors=True)
+    # checkpoints of a paused or kept run are not part of the adapter
+    shutil.copytree(src, staging, ignore=shutil.ignore_patterns("checkpoints"))
+    (staging / "README.md").write_text(adapter_card(manifest, src, published=dest))
+    staging.rename(dest)
 
 
 def write_adapter_folder(out: Path, manifest: dict[str, Any], log_history: list[dict[str, Any]]) -> None:

@@ -161,6 +161,44 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
     return status
 
 
+def publish_roles(recipe_path: str | Path, dest: str | Path, roles: list[str] | None = None,
+                  overrides: list[str] | None = None) -> int:
+    """Copy the trained adapter of each role (its recipe's output.dir, with ``overrides``) to
+    ``<dest>/<role>``, cards naming the new folder (:func:`~heart_distill.train.adapter.publish_adapter`):
+    the same command line that trained a set, with ``--publish DIR``. 0, or 2 naming what is wrong
+    before anything is copied."""
+    from heart_distill.train.adapter import publish_adapter
+
+    overrides = overrides or []
+    try:
+        spec = training_spec(recipe_path, overrides)
+        chosen = roles or list(spec["roles"])
+        unknown = [r for r in chosen if r not in spec["roles"]]
+        if unknown:
+            raise RecipeError(f"{recipe_path} has no recipe for role(s) {unknown} (has: {', '.join(spec['roles'])})")
+        sources = {role: Path(load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides),
+                                          check_paths=False).output.dir) for role in chosen}
+    except RecipeError as err:
+        print(f"train.launch: {err}", file=sys.stderr)
+        return 2
+    dest = Path(dest)
+    unfinished = [str(src) for src in sources.values() if not (src / "manifest.json").is_file()]
+    taken = [str(dest / role) for role in chosen if (dest / role).exists()]
+    if unfinished or taken:  # checked for every role first: a set is published whole or not at all
+        problems = ([f"no finished adapter in {', '.join(unfinished)}"] if unfinished else []) + \
+                   ([f"{', '.join(taken)} exist (never overwritten)"] if taken else [])
+        print(f"train.launch: --publish {dest}: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    for role, src in sources.items():
+        try:
+            publish_adapter(src, dest / role)
+        except ValueError as err:
+            print(f"train.launch: --publish {dest}: {err}", file=sys.stderr)
+            return 2
+        print(f"train.launch: {role}: {src} → {dest / role}", file=sys.stderr)
+    return 0
+
+
 def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | None = None,
               overrides: list[str] | None = None, stop_after: float | None = None) -> int:
     """Train one adapter into ``<adapters>/joint`` on the union of the roles' rows, with their
@@ -196,9 +234,13 @@ def main(argv: list[str] | None = None) -> int:
                              "their steps and recipe")
     parser.add_argument("--stop-after", type=float, metavar="MINUTES", default=None,
                         help=f"stop at a checkpoint after this many minutes (exit {PAUSED}); the same command resumes")
+    parser.add_argument("--publish", metavar="DIR", default=None,
+                        help="train nothing: copy the trained adapters to DIR/<role>, cards naming DIR")
     parser.add_argument("overrides", nargs="*", help="section.key=value applied to every role's recipe")
     args = parser.parse_args(argv)
     roles = [r.strip() for r in args.roles.split(",") if r.strip()] or None
+    if args.publish:
+        return publish_roles(args.recipe, args.publish, roles, args.overrides)
     if args.joint:
         return run_joint(args.recipe, args.joint, roles, args.overrides, args.stop_after)
     return run_roles(args.recipe, roles, args.overrides, args.parallel, args.stop_after)

@@ -157,3 +157,37 @@ def test_a_time_slot_reaches_the_training_and_a_pause_says_how_to_resume(tmp_pat
     assert command[command.index("--stop-after") + 1] == "50"
     err = capsys.readouterr().err
     assert "stopped after 50 min at a checkpoint; the same command resumes" in err and "failed" not in err
+
+
+def test_publishing_a_trained_set_copies_it_with_cards_naming_the_new_folder(tmp_path, capsys):
+    """``--publish DIR`` on the command line that trained a set copies each role's adapter to
+    DIR/<role> (no checkpoints), the card's commands naming DIR; an unfinished role or a taken
+    folder stops it before anything is copied."""
+    import json
+
+    from heart_distill.train.adapter import adapter_card
+
+    overrides = [f"output.dir={tmp_path}/runs/{{role}}"]
+    for role in ("planner", "router"):
+        src = tmp_path / "runs" / role
+        (src / "checkpoints" / "checkpoint-4").mkdir(parents=True)
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            (src / name).write_text("{}")
+        manifest = {"role": role, "base_model": {"name": "smollm2-135m", "path": "/m"}, "metrics": {"steps": 2},
+                    "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj"]}, "system_prompt": "short",
+                    "dataset": {"path": "/d", "fingerprint": "sha256:" + "0" * 64, "sizes": {"train": 2}},
+                    "recipe": {"output": {"dir": str(src)}}}
+        (src / "manifest.json").write_text(json.dumps(manifest))
+        (src / "README.md").write_text(adapter_card(manifest, src))
+    dest = tmp_path / "docs" / "adapters"
+    # the Verifier has not been trained: nothing is copied
+    assert launch.publish_roles(ROLES, dest, ["planner", "verifier"], overrides) == 2
+    assert "no finished adapter in" in capsys.readouterr().err and not dest.exists()
+    assert launch.publish_roles(ROLES, dest, ["planner", "router"], overrides) == 0
+    card = (dest / "router" / "README.md").read_text()
+    assert f"--lora-modules router={dest / 'router'}" in card and str(tmp_path / "runs") not in card
+    assert not (dest / "router" / "checkpoints").exists()
+    assert json.loads((dest / "router" / "manifest.json").read_text())["recipe"]["output"]["dir"] == str(tmp_path / "runs" / "router")
+    # publishing again never overwrites
+    assert launch.publish_roles(ROLES, dest, ["planner"], overrides) == 2
+    assert "exist (never overwritten)" in capsys.readouterr().err
