@@ -90,6 +90,9 @@ class Arm:
     """This arm is another distillation seed of the arm named here (the same recipe and rows
     with another ``sft.seed``: data order and LoRA init): the report gives MeanLift,
     WorstLift, RR0 and RelLift95 over base across the group."""
+    conditions: list[str] | None = None
+    """The names of the conditions this arm runs (None: every one), e.g. a seed on the
+    single-turn conditions only."""
 
 
 @dataclass
@@ -133,6 +136,10 @@ def load_bench(path: str | Path) -> BenchConfig:
             raise RecipeError(f"{path}: arm {arm.name}: seed_of names no other arm: {arm.seed_of!r}")
         if arm.seed_of is not None and (arm.roles == "base" or arm.roles.startswith("teacher:")):
             raise RecipeError(f"{path}: arm {arm.name}: seed_of applies to adapter sets only")
+    for arm in config.arms:
+        unknown = sorted(set(arm.conditions or []) - {c.name for c in config.conditions})
+        if unknown:
+            raise RecipeError(f"{path}: arm {arm.name}: conditions names no condition of the recipe: {unknown}")
     for condition in config.conditions:
         if condition.env != "bfcl" and condition.category is not None:
             raise RecipeError(f"{path}: condition {condition.name}: category applies to bfcl only")
@@ -177,14 +184,15 @@ def chunk_commands(config: BenchConfig, chunk: Chunk) -> list[list[str]]:
               "--model", config.model, "--engine", config.engine,
               "--concurrency", str(c.concurrency or config.concurrency),
               *loop_flags(config.loop), *[a for t in chunk.tasks for a in ("--task", t)]]
-    base = next((a for a in config.arms if a.roles == "base"), None)
-    adapted = [a for a in config.arms if a.roles != "base" and not a.roles.startswith("teacher:")]
+    running = [a for a in config.arms if a.conditions is None or c.name in a.conditions]
+    base = next((a for a in running if a.roles == "base"), None)
+    adapted = [a for a in running if a.roles != "base" and not a.roles.startswith("teacher:")]
     commands, paired = [], None
     if base is not None and adapted:
         paired = adapted[0]
         commands.append(["heart", "eval", "e2e", "--roles", paired.roles, *common,
                          "--out", str(chunk.arm_folder(paired)), "--base-out", str(chunk.arm_folder(base))])
-    for arm in config.arms:
+    for arm in running:
         if arm is not paired and not (arm is base and paired is not None):
             commands.append(["heart", "eval", "e2e", "--roles", arm.roles, *common,
                              "--out", str(chunk.arm_folder(arm))])

@@ -48,6 +48,24 @@ def test_a_condition_sets_its_own_chunk_size_and_concurrency_without_touching_th
     assert flags == ["2", "4"]
 
 
+def test_an_arm_limited_to_some_conditions_runs_only_there_and_leaves_the_others_commands_alone(tmp_path):
+    """A seed arm on the single-turn conditions only: the multi-turn chunks keep the commands
+    (and so the keys) they had without it, and a condition name the recipe lacks is refused."""
+    (tmp_path / "adapters").mkdir()
+    arms = [{"name": "base", "roles": "base"}, {"name": "distilled", "roles": str(tmp_path / "adapters")}]
+    conditions = [{"name": "simple", "env": "bfcl", "category": "simple", "tasks": 2},
+                  {"name": "multi", "env": "bfcl", "category": "multi_turn_base", "tasks": 2}]
+    before = bench_e2e.load_bench(recipe(tmp_path, arms=arms, conditions=conditions))
+    seed = {"name": "seed-1", "roles": str(tmp_path / "adapters"), "seed_of": "distilled", "conditions": ["simple"]}
+    after = bench_e2e.load_bench(recipe(tmp_path, arms=[*arms, seed], conditions=conditions))
+    simple, multi = bench_e2e.plan_chunks(after)
+    assert [bench_e2e.command_arms(c) for c in bench_e2e.chunk_commands(after, simple)] == [["distilled", "base"],
+                                                                                             ["seed-1"]]
+    assert bench_e2e.chunk_commands(after, multi) == bench_e2e.chunk_commands(before, bench_e2e.plan_chunks(before)[1])
+    with pytest.raises(bench_e2e.RecipeError, match=r"arm seed-1: conditions names no condition .*\['simpel'\]"):
+        bench_e2e.load_bench(recipe(tmp_path, arms=[*arms, {**seed, "conditions": ["simpel"]}], conditions=conditions))
+
+
 @pytest.mark.parametrize("bad, words", [({"arms": [{"name": "a", "roles": "base"}, {"name": "b", "roles": "base"}]},
                                          "at most one arm is the base"),
                                         ({"conditions": [{"name": "x", "env": "agentdojo", "category": "simple"}]},
