@@ -38,12 +38,17 @@ def versions() -> dict[str, str]:
     return found
 
 
-def git_commit() -> str | None:
+def git_commit(outside: Sequence[str | Path] = ()) -> str | None:
+    """HEAD, with ``+dirty`` where tracked files differ from it; files under ``outside`` (a
+    result's own folder, which a run of several chunks rewrites as it goes) do not count."""
     root = REPO
+    inside = [Path(p).resolve() for p in outside if Path(p).resolve().is_relative_to(root)]
+    excluded = [f":(exclude){p.relative_to(root)}" for p in inside]
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no",
+                                *(["--", ".", *excluded] if excluded else [])],
                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -85,19 +90,21 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform()}
 
 
-def stamp(argv: Sequence[str] | None = None, script: str | Path | None = None) -> dict[str, Any]:
+def stamp(argv: Sequence[str] | None = None, script: str | Path | None = None,
+          outside: Sequence[str | Path] = ()) -> dict[str, Any]:
     """The stamp a bench result carries: ``{command, commit, dirty, date, machine, versions}``.
 
     ``command`` is ``python <script> <argv>`` with the script's path relative to the repository
     (``script`` defaults to ``sys.argv[0]``, ``argv`` to ``sys.argv[1:]``); ``commit`` the
     checkout's HEAD and ``dirty`` whether tracked files differ from it (both None outside git);
-    ``date`` UTC ISO 8601 to the second.
+    ``date`` UTC ISO 8601 to the second. Changes under ``outside`` (the result's own folder)
+    do not make it dirty.
     """
     path = Path(script if script is not None else sys.argv[0]).resolve()
     with contextlib.suppress(ValueError):
         path = path.relative_to(REPO)
     args = list(sys.argv[1:] if argv is None else argv)
-    commit = git_commit()
+    commit = git_commit(outside)
     return {"command": shlex.join(["python", str(path), *map(str, args)]),
             "commit": commit.removesuffix("+dirty") if commit else None,
             "dirty": commit.endswith("+dirty") if commit else None,

@@ -140,3 +140,26 @@ def test_stamp_json_and_text_round_trip(tmp_path, capsys):
     text = (tmp_path / "t" / "r.txt").read_text()
     assert text.startswith("# command: python bench/runtime.py") and text.endswith("| a | b |\n# not: a stamp\n")
     assert provenance.read_stamps(tmp_path / "t" / "r.txt") == [stamp] == stamps_of(tmp_path / "t" / "r.txt")
+
+
+def test_a_results_own_folder_does_not_make_its_stamp_dirty(tmp_path, monkeypatch):
+    """A benchmark that rewrites its committed ledger chunk by chunk stamps its commit clean;
+    a change anywhere else still reads dirty."""
+
+    from heart_distill.eval import provenance
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "report.md").write_text("n = 1\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    monkeypatch.setattr(provenance, "REPO", tmp_path)
+    (tmp_path / "results" / "report.md").write_text("n = 2\n")
+    assert provenance.git_commit().endswith("+dirty")
+    assert not provenance.git_commit([tmp_path / "results"]).endswith("+dirty")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.git_commit([tmp_path / "results"]).endswith("+dirty")
