@@ -145,7 +145,6 @@ def test_stamp_json_and_text_round_trip(tmp_path, capsys):
 def test_a_results_own_folder_does_not_make_its_stamp_dirty(tmp_path, monkeypatch):
     """A benchmark that rewrites its committed ledger chunk by chunk stamps its commit clean;
     a change anywhere else still reads dirty."""
-
     from heart_distill.eval import provenance
 
     def git(*args):
