@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -300,20 +301,64 @@ def _trace_lines(folder: Path) -> list[str]:
 
 # -- where a failed episode broke ----------------------------------------------------------------
 
-FAILURE_POINTS = ("planner_unparsed", "plan_tools", "plan_length", "router_unparsed", "primitive_failure",
-                  "verifier_pass", "replan_budget", "other")
+FAILURE_POINTS = ("planner_unparsed", "plan_tools", "plan_length", "router_unparsed", "router_binding",
+                  "primitive_failure", "verifier_pass", "replan_budget", "other")
 """Where a failed episode broke, the first of these in the loop's order that its trace shows:
 a Planner answer that did not parse; a first plan of a turn whose tools are not the turn's
 gold tools (one missing, or one not needed); one with the right tools but another number of
-steps; a Router answer that did not parse; a Primitive FAILURE; every turn ended with the
+steps; a Router answer that did not parse; the first plan's Router bindings, as calls, fail
+the benchmark's own checker (BFCL's single-turn categories, whose checker judges calls
+without running them; elsewhere not told); a Primitive FAILURE; every turn ended with the
 Verifier's PASS although the checker failed the episode (a wrong PASS); a turn that spent the
 whole re-plan budget; else ``other`` (wrong argument values the Verifier did not catch, or a
 turn left unfinished)."""
 
 
+def router_calls(events: list[dict[str, Any]]) -> list[Any]:
+    """The calls the Router bound for the first plan of the first turn (attempt 0), one per
+    plan step in step order, as :class:`~heart.environments.base.ToolCall`."""
+    from heart.environments.base import ToolCall
+
+    steps: dict[int, Any] = {}
+    for event in events:
+        if event.get("kind", "event") != "event" or event["role"] != "router" or event.get("attempt", 0) != 0 \
+                or event.get("turn", 0) != 0:
+            continue
+        for item in (event.get("parsed") or {}).get("dispatch") or []:
+            if item.get("target_tool"):  # the first binding of a step counts (a retry rebinds it)
+                steps.setdefault(item.get("step", len(steps) + 1),
+                                 ToolCall(item["target_tool"], dict(item.get("resolved_bindings") or {})))
+    return [steps[k] for k in sorted(steps)]
+
+
+def bindings_accepted(environment: Any, task_id: str, calls: list[Any]) -> bool:
+    """The benchmark's checker (``environment.check``) on ``calls`` as the tool boundary binds
+    them (:func:`heart.primitives.bind_arguments`: its default corrections of types, JSON text
+    and enum case, which the Router's raw output does not yet have); a binding the boundary
+    refuses is judged as given."""
+    from heart.coercion import BindingError
+    from heart.environments.base import ToolCall
+    from heart.primitives import bind_arguments
+
+    session = environment.start(environment.load_task(task_id))
+    try:
+        schemas = {tool.spec.name: tool.spec.parameters for tool in session.tools}
+    finally:
+        session.close()
+    bound = []
+    for call in calls:
+        try:
+            arguments = bind_arguments(call.arguments, schemas[call.name])
+        except (BindingError, KeyError):  # refused, or a tool the task does not offer
+            arguments = call.arguments
+        bound.append(ToolCall(call.name, arguments))
+    return bool(environment.check(task_id, bound)["valid"])
+
+
 def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns: list[list[Any]],
-                  replan_budget: int) -> str:
-    """The :data:`FAILURE_POINTS` entry of a failed episode (``row``) from its role calls."""
+                  replan_budget: int, accepts: Callable[[list[Any]], bool] | None = None) -> str:
+    """The :data:`FAILURE_POINTS` entry of a failed episode (``row``) from its role calls;
+    ``accepts`` judges a list of calls by the benchmark's checker where it can (else None)."""
     calls = [e for e in events if e.get("kind", "event") == "event"]
     planner = [e for e in calls if e["role"] == "planner"]
     if any(e.get("parse_error") for e in planner):
@@ -330,6 +375,8 @@ def failure_point(events: list[dict[str, Any]], row: dict[str, Any], gold_turns:
             return "plan_length"
     if any(e.get("parse_error") for e in calls if e["role"] == "router"):
         return "router_unparsed"
+    if accepts is not None and (bound := router_calls(calls)) and not accepts(bound):
+        return "router_binding"
     if any(((e.get("extra") or {}).get("envelope") or {}).get("status") == "FAILURE"
            for e in calls if e["role"] == "primitive"):
         return "primitive_failure"
@@ -356,8 +403,12 @@ def failure_points(episodes: dict[str, dict[str, Any]], events: dict[str, list[d
     (``events``: their traces; ``environment``: the condition's, for the gold calls of its tasks)."""
     failed = {t: r for t, r in episodes.items() if not r["success"]}
     counts = dict.fromkeys(FAILURE_POINTS, 0)
+    # an environment whose checker judges calls without running them (BFCL's AST categories)
+    judged = hasattr(environment, "check")
     for task_id, row in failed.items():
-        counts[failure_point(events.get(task_id, []), row, environment.load_task(task_id).gold, replan_budget)] += 1
+        accepts = functools.partial(bindings_accepted, environment, task_id) if judged else None
+        counts[failure_point(events.get(task_id, []), row, environment.load_task(task_id).gold, replan_budget,
+                             accepts)] += 1
     return counts
 
 

@@ -113,6 +113,15 @@ class BFCLASTEnvironment(CatalogEnvironment):
         entry = self._entries[task.task_id]
         return BFCLASTSession(self, task, entry, self._specs(entry))
 
+    def check(self, task_id: str, calls: list[ToolCall]) -> dict[str, Any]:
+        """BFCL's AST checker on ``calls`` for the task: ``{valid, error_type, error}``. An
+        episode's score is this on its recorded calls; a report may ask it of a role's output
+        before any tool ran (a Router's bindings)."""
+        entry = self._entries[task_id]
+        checker, language = ast_checker()
+        return checker(entry["function"], [{call.name: call.arguments} for call in calls], entry["ground_truth"],
+                       language.PYTHON, self.test_category, CHECKER_MODEL)
+
 
 class BFCLASTSession(LoggedSession):
     """One single-turn task: tools that record calls, and bfcl's AST checker."""
@@ -139,9 +148,7 @@ class BFCLASTSession(LoggedSession):
         return [{call.name: call.arguments} for turn in self._log.calls for call in turn]
 
     def score(self) -> EpisodeScore:
-        checker, language = ast_checker()
-        result = checker(self._entry["function"], self.model_output(), self._entry["ground_truth"],
-                         language.PYTHON, self.env.test_category, CHECKER_MODEL)
+        result = self.env.check(self.task.task_id, [call for turn in self._log.calls for call in turn])
         details = {"calls": len(self.model_output())}
         if not result["valid"]:
             details.update(error_type=result.get("error_type"), error_message=str(result.get("error"))[:2000])

@@ -183,6 +183,33 @@ def test_a_failed_episode_is_attributed_to_the_first_place_it_broke():
     assert point([plan("area", "area")], {**failed, "verdicts": ["PASS"]}, gold, 3) == "verifier_pass"
     assert point([plan("area", "area")], {**failed, "replans_used": [3]}, gold, 3) == "replan_budget"
     assert point([plan("area", "area")], failed, gold, 3) == "other"
+    # where the benchmark's checker can judge calls, a Router that bound other values broke it first
+    def router(step, r, attempt=0):
+        return {"role": "router", "turn": 0, "attempt": attempt, "parse_error": None,
+                "parsed": {"status": "READY", "dispatch": [{"step": step, "target_tool": "area",
+                                                            "resolved_bindings": {"r": r}}]}}
+
+    def accepts(calls):
+        return [c.arguments for c in calls] == [{"r": 3}, {"r": 5}]
+
+    assert bench_e2e.router_calls([router(2, 5), router(1, 3), router(1, 4, attempt=1)]) == gold[0]
+    assert point([plan("area", "area"), router(1, 3), router(2, 3), primitive], failed, gold, 3,
+                 accepts) == "router_binding"
+    assert point([plan("area", "area"), router(1, 3), router(2, 5), primitive], failed, gold, 3,
+                 accepts) == "primitive_failure"
+
+
+def test_a_routers_bindings_are_judged_by_bfcls_own_checker():
+    """The BFCL single-turn environment checks a list of calls as it scores an episode's."""
+    from heart.environments import load_environment
+    from heart.environments.base import ToolCall
+
+    environment = load_environment("bfcl", "simple")
+    task = environment.load_task("simple_python_27")  # initial_velocity 10, acceleration 2, time 5
+    assert environment.check(task.task_id, task.gold[0])["valid"]
+    wrong = [ToolCall(c.name, {**c.arguments, "initial_velocity": 2}) for c in task.gold[0]]
+    result = environment.check(task.task_id, wrong)
+    assert not result["valid"] and result["error_type"].startswith("value_error")
 
 
 def test_a_first_plan_is_right_when_it_holds_the_gold_calls_tools_as_often_as_they_do():
@@ -226,3 +253,18 @@ def test_a_finished_chunks_traces_are_gzipped_and_read_back_the_same(tmp_path):
     bench_e2e.compress_traces(tmp_path / "chunk-000")
     assert not (arm / "trace.jsonl").exists() and (arm / "trace.jsonl.gz").is_file()
     assert bench_e2e._trace_lines(arm) == plain == lines
+
+
+def test_a_routers_bindings_are_judged_as_the_tool_boundary_binds_them():
+    """A value the boundary's default corrections fix (the string "10" for an integer) is not
+    the Router's mistake; a wrong value is."""
+    from heart.environments import load_environment
+    from heart.environments.base import ToolCall
+
+    environment = load_environment("bfcl", "simple")
+    (gold,) = environment.load_task("simple_python_27").gold[0]
+    as_text = ToolCall(gold.name, {**gold.arguments, "initial_velocity": "10"})
+    assert not environment.check("simple_python_27", [as_text])["valid"]
+    assert bench_e2e.bindings_accepted(environment, "simple_python_27", [as_text])
+    assert not bench_e2e.bindings_accepted(environment, "simple_python_27",
+                                           [ToolCall(gold.name, {**gold.arguments, "initial_velocity": 2})])
