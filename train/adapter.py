@@ -157,7 +157,7 @@ def _serves(manifest: dict[str, Any]) -> str:
 
 def adapter_card(manifest: dict[str, Any], out: Path, published: Path | None = None) -> str:
     """The card of the adapter in ``out``; its commands name ``published`` where it was copied
-    to (:func:`publish_adapter`), else the recipe's output folder."""
+    to (:func:`copy_adapter`), else the recipe's output folder."""
     role, base, m = manifest["role"], manifest["base_model"], manifest["metrics"]
     base_id = base.get("hf_id") or base["name"]
     lora = manifest["lora"]
@@ -221,7 +221,7 @@ vllm serve {base['path']} --enable-lora --max-lora-rank {max(8, lora['r'])} \\
 """
 
 
-def publish_adapter(src: Path, dest: Path) -> None:
+def copy_adapter(src: Path, dest: Path) -> None:
     """Copy the finished adapter folder ``src`` to ``dest`` (e.g. from a run folder to a results
     folder that is committed), its card rewritten to name ``dest``; the manifest is unchanged
     (it records where the adapter was trained). Raises ValueError where ``src`` holds no finished

@@ -164,10 +164,10 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
 def publish_roles(recipe_path: str | Path, dest: str | Path, roles: list[str] | None = None,
                   overrides: list[str] | None = None) -> int:
     """Copy the trained adapter of each role (its recipe's output.dir, with ``overrides``) to
-    ``<dest>/<role>``, cards naming the new folder (:func:`~heart_distill.train.adapter.publish_adapter`):
+    ``<dest>/<role>``, cards naming the new folder (:func:`~heart_distill.train.adapter.copy_adapter`):
     the same command line that trained a set, with ``--publish DIR``. 0, or 2 naming what is wrong
     before anything is copied."""
-    from heart_distill.train.adapter import publish_adapter
+    from heart_distill.train.adapter import copy_adapter
 
     overrides = overrides or []
     try:
@@ -191,7 +191,7 @@ def publish_roles(recipe_path: str | Path, dest: str | Path, roles: list[str] | 
         return 2
     for role, src in sources.items():
         try:
-            publish_adapter(src, dest / role)
+            copy_adapter(src, dest / role)
         except ValueError as err:
             print(f"train.launch: --publish {dest}: {err}", file=sys.stderr)
             return 2
