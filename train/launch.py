@@ -161,6 +161,19 @@ def run_roles(recipe_path: str | Path, roles: list[str] | None = None, overrides
     return status
 
 
+def chosen_recipes(recipe_path: str | Path, roles: list[str] | None, overrides: list[str],
+                   check_paths: bool = True) -> tuple[dict, dict[str, Recipe]]:
+    """:func:`training_spec` and the loaded recipe of each chosen role (default: all), with
+    ``overrides``; raises RecipeError naming a role the recipe lacks."""
+    spec = training_spec(recipe_path, overrides)
+    chosen = roles or list(spec["roles"])
+    unknown = [r for r in chosen if r not in spec["roles"]]
+    if unknown:
+        raise RecipeError(f"{recipe_path} has no recipe for role(s) {unknown} (has: {', '.join(spec['roles'])})")
+    return spec, {role: load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides),
+                                    check_paths=check_paths) for role in chosen}
+
+
 def publish_roles(recipe_path: str | Path, dest: str | Path, roles: list[str] | None = None,
                   overrides: list[str] | None = None) -> int:
     """Copy the trained adapter of each role (its recipe's output.dir, with ``overrides``) to
@@ -169,21 +182,15 @@ def publish_roles(recipe_path: str | Path, dest: str | Path, roles: list[str] | 
     before anything is copied."""
     from heart_distill.train.adapter import copy_adapter
 
-    overrides = overrides or []
     try:
-        spec = training_spec(recipe_path, overrides)
-        chosen = roles or list(spec["roles"])
-        unknown = [r for r in chosen if r not in spec["roles"]]
-        if unknown:
-            raise RecipeError(f"{recipe_path} has no recipe for role(s) {unknown} (has: {', '.join(spec['roles'])})")
-        sources = {role: Path(load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides),
-                                          check_paths=False).output.dir) for role in chosen}
+        _, recipes = chosen_recipes(recipe_path, roles, overrides or [], check_paths=False)
+        sources = {role: Path(recipe.output.dir) for role, recipe in recipes.items()}
     except RecipeError as err:
         print(f"train.launch: {err}", file=sys.stderr)
         return 2
     dest = Path(dest)
     unfinished = [str(src) for src in sources.values() if not (src / "manifest.json").is_file()]
-    taken = [str(dest / role) for role in chosen if (dest / role).exists()]
+    taken = [str(dest / role) for role in sources if (dest / role).exists()]
     if unfinished or taken:  # checked for every role first: a set is published whole or not at all
         problems = ([f"no finished adapter in {', '.join(unfinished)}"] if unfinished else []) + \
                    ([f"{', '.join(taken)} exist (never overwritten)"] if taken else [])
@@ -205,21 +212,14 @@ def run_joint(recipe_path: str | Path, adapters: str | Path, roles: list[str] | 
     steps and their recipe (:mod:`heart_distill.train.joint`); 0 or the failing exit status."""
     from heart_distill.train.joint import JOINT, write_joint
 
-    overrides = overrides or []
     try:
-        spec = training_spec(recipe_path, overrides)
-        chosen = roles or list(spec["roles"])
-        unknown = [r for r in chosen if r not in spec["roles"]]
-        if unknown:
-            raise RecipeError(f"{recipe_path} has no recipe for role(s) {unknown} (has: {', '.join(spec['roles'])})")
-        recipes = {role: load_recipe(spec["roles"][role], role_overrides(spec["roles"][role], overrides))
-                   for role in chosen}
+        spec, recipes = chosen_recipes(recipe_path, roles, overrides or [])
         joint_recipe = write_joint(recipes, adapters)
     except RecipeError as err:
         print(f"train.launch: {err}", file=sys.stderr)
         return 2
     command = role_command(str(joint_recipe), spec["accelerate_config"], [], stop_after)
-    print(f"train.launch: joint adapter of {', '.join(chosen)}: {' '.join(command)}", file=sys.stderr, flush=True)
+    print(f"train.launch: joint adapter of {', '.join(recipes)}: {' '.join(command)}", file=sys.stderr, flush=True)
     return paused(subprocess.call(command), [Path(adapters) / JOINT], stop_after)
 
 
