@@ -11,7 +11,8 @@ checker. A rejected value is then sorted by where it could have come from: the r
 (:mod:`heart.grounding`: the value occurs there as written; a short number may occur by
 chance), only the Planner's step objective, or neither (made up or transformed); an argument
 left out counts as missing where the checker rejects the gold call without it. Counts per arm
-and condition, with a few examples each.
+and condition, with a few examples each, beside the same sort of the gold calls' own values
+(how many "bind only what the request says" would refuse).
 """
 
 from __future__ import annotations
@@ -88,6 +89,22 @@ def arm_figures(bench: Path, condition: str, arm: str) -> dict:
     return {"failed": len(episodes), **dict(sorted(counts.items())), "examples": examples}
 
 
+def gold_figures(condition: str) -> dict:
+    """The same sort applied to the gold calls' values over the condition's test tasks: how
+    many a rule "bind only what the request says" would keep (the baseline of the origins)."""
+    environment = load_environment("bfcl", CONDITIONS[condition])
+    counts = Counter()
+    for task_id in environment.task_ids("test"):
+        task = environment.load_task(task_id)
+        (gold,) = task.gold[0]
+        outside = [name for name, value in gold.arguments.items() if not grounded(value, task.turns[0])]
+        counts["tasks"] += 1
+        counts["tasks with a gold value not in the request"] += bool(outside)
+        counts["gold values"] += len(gold.arguments)
+        counts["gold values not in the request"] += len(outside)
+    return dict(counts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     bench = Path(args.bench)
@@ -98,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"router_values: {bench}/bfcl-simple has no chunk for arm(s) {missing}", file=sys.stderr)
         return 2
-    result = {condition: {arm: arm_figures(bench, condition, arm) for arm in args.arm} for condition in CONDITIONS}
+    result = {condition: {"gold": gold_figures(condition),
+                          **{arm: arm_figures(bench, condition, arm) for arm in args.arm}} for condition in CONDITIONS}
     for condition, arms in result.items():
         for arm, figures in arms.items():
             print(condition, arm, {k: v for k, v in figures.items() if k != "examples"})
