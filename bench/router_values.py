@@ -48,9 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def objectives(events: list[dict]) -> str:
     """The step objectives of the first turn's first plan, as one text."""
-    planner = next((e for e in events if e.get("role") == "planner" and e.get("turn", 0) == 0
-                    and (e.get("parsed") or {}).get("plan")), None)
-    return " ".join(str(step.get("objective", "")) for step in (planner or {"parsed": {"plan": []}})["parsed"]["plan"])
+    plan = next((e["parsed"]["plan"] for e in events if e.get("role") == "planner" and e.get("turn", 0) == 0
+                 and (e.get("parsed") or {}).get("plan")), [])
+    return " ".join(str(step.get("objective", "")) for step in plan)
 
 
 def origin(value, request: str, plan_text: str) -> str:

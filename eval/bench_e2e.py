@@ -331,6 +331,17 @@ def router_calls(events: list[dict[str, Any]]) -> list[Any]:
     return [steps[k] for k in sorted(steps)]
 
 
+@functools.lru_cache(maxsize=256)
+def _tool_schemas(environment: Any, task_id: str) -> dict[str, dict[str, Any]]:
+    """Tool name → parameter schema of the tools a task offers, read once per task (a session
+    is started only to read them)."""
+    session = environment.start(environment.load_task(task_id))
+    try:
+        return {tool.spec.name: tool.spec.parameters for tool in session.tools}
+    finally:
+        session.close()
+
+
 def bindings_accepted(environment: Any, task_id: str, calls: list[Any]) -> bool:
     """The benchmark's checker (``environment.check``) on ``calls`` as the tool boundary binds
     them (:func:`heart.primitives.bind_arguments`: its default corrections of types, JSON text
@@ -340,11 +351,7 @@ def bindings_accepted(environment: Any, task_id: str, calls: list[Any]) -> bool:
     from heart.environments.base import ToolCall
     from heart.primitives import bind_arguments
 
-    session = environment.start(environment.load_task(task_id))
-    try:
-        schemas = {tool.spec.name: tool.spec.parameters for tool in session.tools}
-    finally:
-        session.close()
+    schemas = _tool_schemas(environment, task_id)
     bound = []
     for call in calls:
         try:
