@@ -125,6 +125,11 @@ def test_an_arm_added_later_runs_alone_on_the_finished_chunks(tmp_path):
     assert set(stamp["commands"]) == {"teacher", "again"}
     report = json.loads((out / "report.json").read_text())
     assert report["conditions"][0]["arms"]["again"]["tasks"] == 3
+    # the chunk's time is now two calls' sum; the report names the longest call, the one bounded
+    calls = {c["arms"]: c["wall_s"] for c in report["conditions"][0]["chunks"][0]["calls"]}
+    assert calls == {name: stamp["commands"][name]["wall_s"] for name in ("teacher", "again")}
+    longest = max(calls, key=calls.get)
+    assert f"in 2 calls, the longest {calls[longest] / 60:.1f} min ({longest})" in (out / "report.md").read_text()
 
 
 def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
