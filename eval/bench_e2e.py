@@ -549,8 +549,16 @@ def _calls(stamp: dict[str, Any]) -> list[dict[str, Any]]:
     """A chunk's commands, each one call of ``heart eval e2e`` (the base beside the first adapter set,
     every other arm alone, an arm added later in a later session): the unit the 60-minute bound
     is for, so the report names the longest, not only the chunk's sum."""
-    return [{"arms": label, "wall_s": c["wall_s"], "finished_at": c.get("finished_at")}
-            for label, c in stamp["commands"].items() if "wall_s" in c]
+    timed = [{"arms": label, "wall_s": c["wall_s"], "finished_at": c.get("finished_at")}
+             for label, c in stamp["commands"].items() if c.get("wall_s") is not None]
+    # stamps written before calls were timed one by one hold only the chunk's sum: what the timed
+    # calls leave of it is those untimed calls' time together
+    untimed = [label for label, c in stamp["commands"].items() if c.get("wall_s") is None]
+    if untimed:
+        rest = round(stamp["wall_s"] - sum(c["wall_s"] for c in timed), 1)
+        timed.insert(0, {"arms": " and ".join(untimed) + (" together" if len(untimed) > 1 else ""),
+                         "wall_s": rest, "finished_at": None})
+    return timed
 
 
 def seed_figures(config: BenchConfig, by_condition: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:

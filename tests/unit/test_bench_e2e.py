@@ -152,6 +152,9 @@ def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
     (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 1.0,
                                                          "finished_at": "now", "commands": commands}))
     report = bench_e2e.build_report(config, [chunk])
+    # a stamp from before calls were timed one by one: its calls share the chunk's time
+    (calls,) = [c["calls"] for c in report["conditions"][0]["chunks"]]
+    assert calls == [{"arms": " and ".join(commands) + " together", "wall_s": 1.0, "finished_at": None}]
     # a contrast between two arms: d0 solves tasks 0 and 1, d2 none
     assert report["conditions"][0]["contrasts"]["d0 − d2"]["value"] == 0.5
     assert report["single_turn_contrasts"]["d0 − d2"]["value"] == 0.5
