@@ -2,6 +2,7 @@
 
     heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml              # the next chunk
     heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml --max-chunks 3
+    heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml --max-calls 2   # two arms' calls
     heart eval bench --recipe recipes/smollm2-135m/e2e-benchmark.yaml --report-only
 
 A recipe names conditions (an environment, a BFCL category, how many test-split tasks) and
@@ -250,16 +251,19 @@ def chunk_state(config: BenchConfig, chunk: Chunk) -> str:
     return next((s for s in ("stale", "partial", "new") if s in states), "done")
 
 
-def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
-    """Run (or continue) the commands of a chunk that are not done, stamping each as it
-    finishes; their wall time. Raises CalledProcessError on a failed arm."""
+def run_chunk(config: BenchConfig, chunk: Chunk, max_calls: int | None = None) -> tuple[float, int]:
+    """Run (or continue) the commands of a chunk that are not done, at most ``max_calls`` of
+    them, stamping each as it finishes; their wall time and how many ran. Raises
+    CalledProcessError on a failed arm."""
     chunk.folder.mkdir(parents=True, exist_ok=True)
-    wall_s = 0.0
+    wall_s, calls = 0.0, 0
     for command in chunk_commands(config, chunk):
         stamp = _read_stamp(chunk)
         state = command_state(chunk, command, stamp)
         if state == "done":
             continue
+        if max_calls is not None and calls >= max_calls:
+            break
         if state == "stale":
             for arm in command_arms(command):
                 shutil.rmtree(chunk.folder / arm, ignore_errors=True)
@@ -268,14 +272,14 @@ def run_chunk(config: BenchConfig, chunk: Chunk) -> float:
         subprocess.run(heart_argv([*command, *(["--resume"] if state == "partial" else [])]), env=STAGE_ENV,
                        check=True)
         took = round(time.perf_counter() - started, 1)
-        wall_s += took
+        wall_s, calls = wall_s + took, calls + 1
         compress_traces(chunk.folder)
         finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         stamp["commands"][command_label(command)] = {"key": command_key(command), "wall_s": took,
                                                      "finished_at": finished}
         stamp.update(wall_s=round(stamp["wall_s"] + took, 1), finished_at=finished)
         publish_text(chunk.folder / STAMP, json.dumps(stamp, indent=1) + "\n")
-    return round(wall_s, 1)
+    return round(wall_s, 1), calls
 
 
 def compress_traces(folder: Path) -> None:
@@ -729,6 +733,10 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="heart eval bench", description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", required=True)
     parser.add_argument("--max-chunks", type=int, default=1, help="chunks run in this call (default 1)")
+    parser.add_argument("--max-calls", type=int, default=None,
+                        help="at most this many `heart eval e2e` calls (one arm each, or the base beside the "
+                             "first adapter set), a chunk left part done for the next call: a call bounded in "
+                             "time where a chunk's arms together are not")
     parser.add_argument("--report-only", action="store_true", help="recompute the report; run nothing")
     args = parser.parse_args(argv)
     try:
@@ -737,21 +745,29 @@ def main(argv: list[str], full_argv: list[str] | None = None) -> int:
     except (RecipeError, ValueError) as err:
         print(f"heart eval bench: error: {err}", file=sys.stderr)
         return 2
-    ran = 0
+    if args.max_calls is not None and args.max_calls < 1:
+        print(f"heart eval bench: error: --max-calls must be at least 1, not {args.max_calls}", file=sys.stderr)
+        return 2
+    ran, calls_left = 0, args.max_calls
     for chunk in chunks:
-        if args.report_only or ran >= args.max_chunks:
+        if args.report_only or ran >= args.max_chunks or calls_left == 0:
             break
         if chunk_state(config, chunk) == "done":
             continue
         print(f"bench: {chunk.condition.name} chunk {chunk.index}: {len(chunk.tasks)} tasks, "
               f"{len(config.arms)} arms", flush=True)
         try:
-            wall_s = run_chunk(config, chunk)
+            wall_s, calls = run_chunk(config, chunk, calls_left)
         except subprocess.CalledProcessError as err:
             print(f"heart eval bench: error: an arm of {chunk.folder} failed (exit {err.returncode}); "
                   f"its finished episodes are kept and the next call continues it", file=sys.stderr)
             write_report(config, chunks, full_argv or ["eval", "bench", *argv])
             return 1
+        calls_left = None if calls_left is None else calls_left - calls
+        if chunk_state(config, chunk) != "done":  # the calls ran out inside it
+            print(f"bench: {chunk.folder}: {calls} call(s) in {wall_s / 60:.1f} min, the rest left for the next call",
+                  flush=True)
+            break
         ran += 1
         write_report(config, chunks, full_argv or ["eval", "bench", *argv])  # after every chunk
         print(f"bench: {chunk.folder} done in {wall_s / 60:.1f} min", flush=True)

@@ -132,6 +132,25 @@ def test_an_arm_added_later_runs_alone_on_the_finished_chunks(tmp_path):
     assert f"in 2 calls, the longest {calls[longest] / 60:.1f} min ({longest})" in (out / "report.md").read_text()
 
 
+def test_max_calls_bounds_a_call_inside_a_chunk_and_the_next_call_finishes_it(tmp_path, capsys):
+    arms = [{"name": "teacher", "roles": "teacher:gold"}, {"name": "again", "roles": "teacher:gold"}]
+    path = recipe(tmp_path, arms=arms)
+    out = tmp_path / "bench"
+    assert bench_e2e.main(["--recipe", str(path), "--max-calls", "1"]) == 0
+    stamp = json.loads((out / "simple" / "chunk-000" / "stamp.json").read_text())
+    assert set(stamp["commands"]) == {"teacher"}  # one arm's call; the chunk is not done
+    assert "the rest left for the next call" in capsys.readouterr().out
+    arms = json.loads((out / "report.json").read_text())["conditions"][0]["arms"]
+    assert (arms["teacher"]["tasks"], arms["again"]["tasks"]) == (2, 0)  # each arm's n: its finished calls
+    assert bench_e2e.main(["--recipe", str(path), "--max-calls", "1", "--max-chunks", "5"]) == 0
+    stamp = json.loads((out / "simple" / "chunk-000" / "stamp.json").read_text())
+    assert set(stamp["commands"]) == {"teacher", "again"}
+    assert not (out / "simple" / "chunk-001").exists()  # its one call was spent on chunk 0
+    assert json.loads((out / "report.json").read_text())["conditions"][0]["arms"]["again"]["tasks"] == 2
+    assert bench_e2e.main(["--recipe", str(path), "--max-calls", "0"]) == 2
+    assert "--max-calls must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_distillation_seeds_get_lift_statistics_over_the_base(tmp_path):
     """Three seed arms against the base, on episodes written as ``heart eval e2e`` writes them."""
     seeds = {"d0": [1, 1, 0, 0], "d1": [1, 0, 0, 0], "d2": [0, 0, 0, 0]}
