@@ -22,7 +22,7 @@ After every chunk the report (``report.md``, ``report.json``) is recomputed from
 chunk so far: per condition and arm, tasks so far of those planned, success with its 95%
 interval, the paired difference of each adapted arm and the teacher over the base on the same
 tasks, the paired contrasts the recipe names, the measures that move before whole tasks do
-(per-turn success on multi-turn BFCL; the share of first plans that hold the gold calls'
+(per-turn success on multi-turn BFCL, and its paired differences; the share of first plans that hold the gold calls'
 tools, beside the one-step rule), where each failed episode broke, the distillation-seed
 statistics, and each chunk's wall time.
 """
@@ -508,21 +508,26 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
             plans = plan_figures(episodes, events, environment)
             turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
             arms[arm.name] = {"tasks": len(episodes),
-                              "success": _estimate([float(bool(r["success"])) for r in episodes.values()]),
+                              "success": _estimate([_success(r) for r in episodes.values()]),
                               # multi-turn BFCL: the share of an episode's turns the checker accepts
                               # before its first failing one, averaged over episodes
-                              **({"per_turn_success": _estimate([r["checker"]["turns_passed"] / r["checker"]["turns"]
-                                                                 for r in turns])} if turns else {}),
+                              **({"per_turn_success": _estimate([_turn_share(r) for r in turns])} if turns else {}),
                               # first plans against the gold calls, and the one-step rule on the same inputs
                               **({"first_plan_right": _estimate([v[0] for v in plans.values()]),
                                   "one_step_rule": _estimate([v[1] for v in plans.values()])} if plans else {}),
                               "errored": sum(len(c.tasks) for c in finished) - len(episodes),
                               "failure_points": broke, "_episodes": episodes}
+        multi_turn = any("per_turn_success" in figures for figures in arms.values())
         if base is not None:
             for arm in config.arms:
                 if arm is not base:
-                    arms[arm.name]["delta_vs_base"] = _paired(arms[arm.name]["_episodes"], arms[base.name]["_episodes"])
+                    arm_episodes, base_episodes = arms[arm.name]["_episodes"], arms[base.name]["_episodes"]
+                    arms[arm.name]["delta_vs_base"] = _paired(arm_episodes, base_episodes)
+                    if multi_turn:  # the measure that moves before whole multi-turn tasks do, paired too
+                        arms[arm.name]["per_turn_delta_vs_base"] = _paired(arm_episodes, base_episodes, _turn_share)
         contrasts = {f"{a} − {b}": _paired(arms[a]["_episodes"], arms[b]["_episodes"]) for a, b in config.contrasts}
+        per_turn_contrasts = ({f"{a} − {b}": _paired(arms[a]["_episodes"], arms[b]["_episodes"], _turn_share)
+                               for a, b in config.contrasts} if multi_turn else {})
         for name, figures in arms.items():
             episodes = figures.pop("_episodes")
             by_condition[name][condition.name] = episodes
@@ -534,9 +539,9 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                            "chunks": [{"index": c.index, "tasks": len(c.tasks), "wall_s": s["wall_s"],
                                        "finished_at": s["finished_at"], "calls": _calls(s)}
                                       for c, s in zip(done, stamps)],
-                           "arms": arms, "contrasts": contrasts})
-    single_turn = {name: {"tasks": len(episodes),
-                          "success": _estimate([float(bool(r["success"])) for r in episodes.values()])}
+                           "arms": arms, "contrasts": contrasts,
+                           **({"per_turn_contrasts": per_turn_contrasts} if multi_turn else {})})
+    single_turn = {name: {"tasks": len(episodes), "success": _estimate([_success(r) for r in episodes.values()])}
                    for name, episodes in pooled.items()}
     if base is not None:
         for arm in config.arms:
@@ -599,25 +604,35 @@ def seed_figures(config: BenchConfig, by_condition: dict[str, dict[str, dict[str
     return groups
 
 
-def _paired_success(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """Success (0 or 1) of ``mine`` and of ``base`` on the tasks both scored, in one order."""
+def _success(episode: dict[str, Any]) -> float:
+    return float(bool(episode["success"]))
+
+
+def _turn_share(episode: dict[str, Any]) -> float:
+    """Multi-turn BFCL: the share of the episode's turns the checker accepts before its first failing one."""
+    return episode["checker"]["turns_passed"] / episode["checker"]["turns"]
+
+
+def _paired_values(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]],
+                   measure: Callable[[dict[str, Any]], float] = _success) -> tuple[np.ndarray, np.ndarray]:
+    """``measure`` of ``mine``'s and of ``base``'s episodes on the tasks both scored, in one order."""
     shared = sorted(set(mine) & set(base))
-    return (np.array([float(bool(mine[t]["success"])) for t in shared]),
-            np.array([float(bool(base[t]["success"])) for t in shared]))
+    return np.array([measure(mine[t]) for t in shared]), np.array([measure(base[t]) for t in shared])
 
 
 def _lift(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> tuple[float, int]:
     """Lift in points of ``mine`` over ``base`` on the tasks both scored, and their number."""
     from heart_distill.eval.stats import lifts
 
-    mine_success, base_success = _paired_success(mine, base)
+    mine_success, base_success = _paired_values(mine, base)
     return float(lifts(mine_success[None, :], base_success)[0]), len(base_success)
 
 
-def _paired(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]]) -> dict[str, Any]:
-    """Success of ``mine`` minus the base's on the tasks both scored, with its interval."""
-    mine_success, base_success = _paired_success(mine, base)
-    return _estimate(list(mine_success - base_success))
+def _paired(mine: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]],
+            measure: Callable[[dict[str, Any]], float] = _success) -> dict[str, Any]:
+    """``measure`` (success by default) of ``mine`` minus the base's on the tasks both scored, with its interval."""
+    mine_values, base_values = _paired_values(mine, base, measure)
+    return _estimate(list(mine_values - base_values))
 
 
 def _pct(estimate: dict[str, Any]) -> str:
@@ -666,12 +681,17 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
                          + " | ".join(_pct(report["single_turn_contrasts"][k]) for k in contrasts) + " |")
     multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
     if multi_turn:
+        per_turn_contrasts = list(multi_turn[0].get("per_turn_contrasts") or {})
         lines += ["", "Multi-turn BFCL, per-turn success (the share of an episode's turns BFCL's checker accepts "
-                  "before its first failing turn, in percent):", "",
-                  "| condition | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+                  "before its first failing turn, in percent; Δ: paired on the same tasks, in points):", "",
+                  "| condition | " + " | ".join(arms) + " |" + "".join(f" Δ {a} − base |" for a in compared)
+                  + "".join(f" {k} |" for k in per_turn_contrasts),
+                  "|---|" + "---:|" * (len(arms) + len(compared) + len(per_turn_contrasts))]
         for c in multi_turn:
-            lines.append(f"| {c['name']} | " + " | ".join(_pct(c["arms"][a].get("per_turn_success", {}))
-                                                      for a in arms) + " |")
+            cells = ([_pct(c["arms"][a].get("per_turn_success", {})) for a in arms]
+                     + [_pct(c["arms"][a].get("per_turn_delta_vs_base", {})) for a in compared]
+                     + [_pct(c.get("per_turn_contrasts", {}).get(k, {})) for k in per_turn_contrasts])
+            lines.append(f"| {c['name']} | " + " | ".join(cells) + " |")
     planned = [c for c in report["conditions"] if any("first_plan_right" in c["arms"][a] for a in arms)]
     if planned:
         lines += ["", "First plans against the gold calls (percent of an episode's turns, averaged over episodes: "

@@ -271,6 +271,35 @@ def test_multi_turn_conditions_report_per_turn_success(tmp_path):
     assert "per-turn success" in (tmp_path / "bench" / "report.md").read_text()
 
 
+def test_per_turn_success_is_paired_over_the_base_and_between_the_recipes_arms(tmp_path):
+    """Whole multi-turn tasks all fail here, yet the paired per-turn differences move."""
+    turns_passed = {"base": [0, 1, 0], "d0": [2, 1, 1], "d1": [0, 0, 1]}  # of 4 turns each
+    arms = [{"name": "base", "roles": "base"}, {"name": "d0", "roles": str(tmp_path / "d0")},
+            {"name": "d1", "roles": str(tmp_path / "d1")}]
+    config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=3, contrasts=[["d0", "d1"]], conditions=[
+        {"name": "mt", "env": "bfcl", "category": "multi_turn_base", "tasks": 3}]))
+    (chunk,) = bench_e2e.plan_chunks(config)
+    for arm, passed in turns_passed.items():
+        folder = chunk.folder / arm
+        folder.mkdir(parents=True)
+        (folder / "episodes.jsonl").write_text("".join(
+            json.dumps({"task_id": t, "success": False, "errored": False,
+                        "checker": {"turns": 4, "turns_passed": n}}) + "\n" for t, n in zip(chunk.tasks, passed)))
+    commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x", "wall_s": 1.0}
+                for c in bench_e2e.chunk_commands(config, chunk)}
+    (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 2.0,
+                                                         "finished_at": "now", "commands": commands}))
+    (condition,) = bench_e2e.build_report(config, [chunk])["conditions"]
+    assert condition["arms"]["d0"]["delta_vs_base"]["value"] == 0.0  # success: nothing to tell apart
+    assert condition["arms"]["d0"]["per_turn_delta_vs_base"]["value"] == pytest.approx(3 / 12)
+    assert condition["arms"]["d1"]["per_turn_delta_vs_base"]["value"] == 0.0
+    assert condition["per_turn_contrasts"]["d0 − d1"]["value"] == pytest.approx(3 / 12)
+    report = bench_e2e.render_report(bench_e2e.build_report(config, [chunk]),
+                                     {"command": "c", "commit": "x", "dirty": False, "date": "d", "machine": {}})
+    assert "| Δ d0 − base | Δ d1 − base | d0 − d1 |" in report
+    assert "| mt | 8.3 [" in report and "| 25.0 [" in report
+
+
 def test_a_finished_chunks_traces_are_gzipped_and_read_back_the_same(tmp_path):
     arm = tmp_path / "chunk-000" / "base"
     arm.mkdir(parents=True)
