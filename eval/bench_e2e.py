@@ -681,15 +681,18 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
                          + " | ".join(_pct(report["single_turn_contrasts"][k]) for k in contrasts) + " |")
     multi_turn = [c for c in report["conditions"] if any("per_turn_success" in c["arms"][a] for a in arms)]
     if multi_turn:
-        per_turn_contrasts = list(multi_turn[0].get("per_turn_contrasts") or {})
+        # an arm the recipe limits to other conditions gets no column here
+        ran = [a for a in arms if any("per_turn_success" in c["arms"][a] for c in multi_turn)]
+        ran_compared = [a for a in compared if a in ran]
+        per_turn_contrasts = [f"{a} − {b}" for a, b in report["recipe"]["contrasts"] if a in ran and b in ran]
         lines += ["", "Multi-turn BFCL, per-turn success (the share of an episode's turns BFCL's checker accepts "
                   "before its first failing turn, in percent; Δ: paired on the same tasks, in points):", "",
-                  "| condition | " + " | ".join(arms) + " |" + "".join(f" Δ {a} − base |" for a in compared)
+                  "| condition | " + " | ".join(ran) + " |" + "".join(f" Δ {a} − base |" for a in ran_compared)
                   + "".join(f" {k} |" for k in per_turn_contrasts),
-                  "|---|" + "---:|" * (len(arms) + len(compared) + len(per_turn_contrasts))]
+                  "|---|" + "---:|" * (len(ran) + len(ran_compared) + len(per_turn_contrasts))]
         for c in multi_turn:
-            cells = ([_pct(c["arms"][a].get("per_turn_success", {})) for a in arms]
-                     + [_pct(c["arms"][a].get("per_turn_delta_vs_base", {})) for a in compared]
+            cells = ([_pct(c["arms"][a].get("per_turn_success", {})) for a in ran]
+                     + [_pct(c["arms"][a].get("per_turn_delta_vs_base", {})) for a in ran_compared]
                      + [_pct(c.get("per_turn_contrasts", {}).get(k, {})) for k in per_turn_contrasts])
             lines.append(f"| {c['name']} | " + " | ".join(cells) + " |")
     planned = [c for c in report["conditions"] if any("first_plan_right" in c["arms"][a] for a in arms)]
