@@ -22,8 +22,8 @@ After every chunk the report (``report.md``, ``report.json``) is recomputed from
 chunk so far: per condition and arm, tasks so far of those planned, success with its 95%
 interval, the paired difference of each adapted arm and the teacher over the base on the same
 tasks, the paired contrasts the recipe names, the measures that move before whole tasks do
-(per-turn success on multi-turn BFCL, and its paired differences; the share of first plans that hold the gold calls'
-tools, beside the one-step rule), where each failed episode broke, the distillation-seed
+(per-turn success on multi-turn BFCL, and its paired differences; the share of first plans
+that hold the gold calls' tools, beside the one-step rule), where each failed episode broke, the distillation-seed
 statistics, and each chunk's wall time.
 """
 
@@ -506,30 +506,32 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                 events.update(task_events(c.arm_folder(arm), folder_episodes))
             broke = failure_points(episodes, events, environment, budget)
             plans = plan_figures(episodes, events, environment)
-            turns = [r for r in episodes.values() if "turns" in (r.get("checker") or {})]
+            turns = {t: r for t, r in episodes.items() if "turns" in (r.get("checker") or {})}
             arms[arm.name] = {"tasks": len(episodes),
                               "success": _estimate([_success(r) for r in episodes.values()]),
                               # multi-turn BFCL: the share of an episode's turns the checker accepts
                               # before its first failing one, averaged over episodes
-                              **({"per_turn_success": _estimate([_turn_share(r) for r in turns])} if turns else {}),
+                              **({"per_turn_success": _estimate([_turn_share(r) for r in turns.values()])}
+                                 if turns else {}),
                               # first plans against the gold calls, and the one-step rule on the same inputs
                               **({"first_plan_right": _estimate([v[0] for v in plans.values()]),
                                   "one_step_rule": _estimate([v[1] for v in plans.values()])} if plans else {}),
                               "errored": sum(len(c.tasks) for c in finished) - len(episodes),
-                              "failure_points": broke, "_episodes": episodes}
+                              "failure_points": broke, "_episodes": episodes, "_turns": turns}
         multi_turn = any("per_turn_success" in figures for figures in arms.values())
         if base is not None:
             for arm in config.arms:
                 if arm is not base:
-                    arm_episodes, base_episodes = arms[arm.name]["_episodes"], arms[base.name]["_episodes"]
-                    arms[arm.name]["delta_vs_base"] = _paired(arm_episodes, base_episodes)
+                    arms[arm.name]["delta_vs_base"] = _paired(arms[arm.name]["_episodes"], arms[base.name]["_episodes"])
                     if multi_turn:  # the measure that moves before whole multi-turn tasks do, paired too
-                        arms[arm.name]["per_turn_delta_vs_base"] = _paired(arm_episodes, base_episodes, _turn_share)
+                        arms[arm.name]["per_turn_delta_vs_base"] = _paired(arms[arm.name]["_turns"],
+                                                                           arms[base.name]["_turns"], _turn_share)
         contrasts = {f"{a} − {b}": _paired(arms[a]["_episodes"], arms[b]["_episodes"]) for a, b in config.contrasts}
-        per_turn_contrasts = ({f"{a} − {b}": _paired(arms[a]["_episodes"], arms[b]["_episodes"], _turn_share)
+        per_turn_contrasts = ({f"{a} − {b}": _paired(arms[a]["_turns"], arms[b]["_turns"], _turn_share)
                                for a, b in config.contrasts} if multi_turn else {})
         for name, figures in arms.items():
             episodes = figures.pop("_episodes")
+            figures.pop("_turns")
             by_condition[name][condition.name] = episodes
             if condition.env == "bfcl" and condition.category in BFCL_SINGLE_TURN_CATEGORIES:
                 pooled[name].update({(condition.name, t): r for t, r in episodes.items()})

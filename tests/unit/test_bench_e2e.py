@@ -289,15 +289,16 @@ def test_per_turn_success_is_paired_over_the_base_and_between_the_recipes_arms(t
                 for c in bench_e2e.chunk_commands(config, chunk)}
     (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 2.0,
                                                          "finished_at": "now", "commands": commands}))
-    (condition,) = bench_e2e.build_report(config, [chunk])["conditions"]
+    report = bench_e2e.build_report(config, [chunk])
+    (condition,) = report["conditions"]
     assert condition["arms"]["d0"]["delta_vs_base"]["value"] == 0.0  # success: nothing to tell apart
     assert condition["arms"]["d0"]["per_turn_delta_vs_base"]["value"] == pytest.approx(3 / 12)
     assert condition["arms"]["d1"]["per_turn_delta_vs_base"]["value"] == 0.0
     assert condition["per_turn_contrasts"]["d0 − d1"]["value"] == pytest.approx(3 / 12)
-    report = bench_e2e.render_report(bench_e2e.build_report(config, [chunk]),
-                                     {"command": "c", "commit": "x", "dirty": False, "date": "d", "machine": {}})
-    assert "| Δ d0 − base | Δ d1 − base | d0 − d1 |" in report
-    assert "| mt | 8.3 [" in report and "| 25.0 [" in report
+    rendered = bench_e2e.render_report(report, {"command": "c", "commit": "x", "dirty": False, "date": "d",
+                                                "machine": {}})
+    assert "| Δ d0 − base | Δ d1 − base | d0 − d1 |" in rendered
+    assert "| mt | 8.3 [" in rendered and "| 25.0 [" in rendered
 
 
 def test_a_finished_chunks_traces_are_gzipped_and_read_back_the_same(tmp_path):
