@@ -484,6 +484,7 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
     """Figures from every finished chunk so far (see the module docstring)."""
     from heart.environments import load_environment
     from heart.settings import LoopConfig
+    from heart_distill.eval.metrics import clarification_figures
 
     base = next((a for a in config.arms if a.roles == "base"), None)
     budget = LoopConfig(**config.loop).replan_budget
@@ -516,6 +517,9 @@ def build_report(config: BenchConfig, chunks: list[Chunk]) -> dict[str, Any]:
                               # first plans against the gold calls, and the one-step rule on the same inputs
                               **({"first_plan_right": _estimate([v[0] for v in plans.values()]),
                                   "one_step_rule": _estimate([v[1] for v in plans.values()])} if plans else {}),
+                              # multi-turn BFCL: did the Planner ask where a turn withholds a parameter
+                              # (miss_param), and only there ({} where the environment records none)
+                              **clarification_figures(list(episodes.values())),
                               "errored": sum(len(c.tasks) for c in finished) - len(episodes),
                               "failure_points": broke, "_episodes": episodes, "_turns": turns}
         multi_turn = any("per_turn_success" in figures for figures in arms.values())
@@ -708,6 +712,22 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
             rule = next(c["arms"][a]["one_step_rule"] for a in arms if "one_step_rule" in c["arms"][a])
             lines.append(f"| {c['name']} | {_pct(rule)} | "
                          + " | ".join(_pct(c["arms"][a].get("first_plan_right", {})) for a in arms) + " |")
+    asking = [c for c in report["conditions"]
+              if any((c["arms"][a].get("clarification_recall") or {}).get("value") is not None for a in arms)]
+    if asking:
+        # questions asked and needed per task beside the rates: asking in every turn reaches full recall
+        ran = [a for a in arms if any("clarification_recall" in c["arms"][a] for c in asking)]
+        lines += ["", "Clarifications (multi-turn BFCL; miss_param withholds a parameter in some turns): recall, "
+                  "the turns needing a question where the Planner asked, and precision, the turns it asked that "
+                  "needed one, in percent over turns with an interval over tasks; asked / needed: questions per "
+                  "task:", "",
+                  "| condition | arm | recall | precision | asked / needed |", "|---|---|---:|---:|---:|"]
+        for c in asking:
+            for a in (a for a in ran if "clarification_recall" in c["arms"][a]):
+                f = c["arms"][a]
+                lines.append(f"| {c['name']} | {a} | {_pct(f['clarification_recall'])} | "
+                             f"{_pct(f['clarification_precision'])} | {f['clarifications_asked_per_task']['value']:.2f}"
+                             f" / {f['clarifications_needed_per_task']['value']:.2f} |")
     lines += ["", "Where the failed episodes broke (counts; `heart_distill.eval.bench_e2e.FAILURE_POINTS`: the "
               "first of these in the loop's order that an episode's trace shows):", "",
               "| condition | arm | failed | " + " | ".join(FAILURE_POINTS) + " |",

@@ -301,6 +301,37 @@ def test_per_turn_success_is_paired_over_the_base_and_between_the_recipes_arms(t
     assert "| mt | 8.3 [" in rendered and "| 25.0 [" in rendered
 
 
+def test_clarifications_are_reported_per_arm_where_a_turn_withholds_a_parameter(tmp_path):
+    """miss_param: the base never asks; d0 asks in both turns that need it and once where none does."""
+    records = {"base": [{"needed": [1], "asked": []}, {"needed": [2], "asked": []}],
+               "d0": [{"needed": [1], "asked": [1, 3]}, {"needed": [2], "asked": [2]}]}
+    arms = [{"name": "base", "roles": "base"}, {"name": "d0", "roles": str(tmp_path / "d0")}]
+    config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=2, conditions=[
+        {"name": "mp", "env": "bfcl", "category": "multi_turn_miss_param", "tasks": 2}]))
+    (chunk,) = bench_e2e.plan_chunks(config)
+    for arm, arm_records in records.items():
+        folder = chunk.folder / arm
+        folder.mkdir(parents=True)
+        (folder / "episodes.jsonl").write_text("".join(
+            json.dumps({"task_id": t, "success": False, "errored": False,
+                        "checker": {"turns": 4, "turns_passed": 0, "clarifications": r}}) + "\n"
+            for t, r in zip(chunk.tasks, arm_records)))
+    commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x", "wall_s": 1.0}
+                for c in bench_e2e.chunk_commands(config, chunk)}
+    (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 2.0,
+                                                         "finished_at": "now", "commands": commands}))
+    report = bench_e2e.build_report(config, [chunk])
+    (condition,) = report["conditions"]
+    assert condition["arms"]["base"]["clarification_recall"]["value"] == 0.0
+    assert condition["arms"]["base"]["clarification_precision"]["value"] is None  # it asked nothing
+    assert condition["arms"]["d0"]["clarification_recall"]["value"] == 1.0
+    assert condition["arms"]["d0"]["clarification_precision"]["value"] == pytest.approx(2 / 3)
+    rendered = bench_e2e.render_report(report, {"command": "c", "commit": "x", "dirty": False, "date": "d",
+                                                "machine": {}})
+    assert "| mp | base | 0.0 [0.0, 0.0] | – | 0.00 / 1.00 |" in rendered
+    assert "| mp | d0 | 100.0 [100.0, 100.0] | 66.7 [50.0, 100.0] | 1.50 / 1.00 |" in rendered
+
+
 def test_a_finished_chunks_traces_are_gzipped_and_read_back_the_same(tmp_path):
     arm = tmp_path / "chunk-000" / "base"
     arm.mkdir(parents=True)
