@@ -23,7 +23,8 @@ chunk so far: per condition and arm, tasks so far of those planned, success with
 interval, the paired difference of each adapted arm and the teacher over the base on the same
 tasks, the paired contrasts the recipe names, the measures that move before whole tasks do
 (per-turn success on multi-turn BFCL, and its paired differences; the share of first plans
-that hold the gold calls' tools, beside the one-step rule), where each failed episode broke, the distillation-seed
+that hold the gold calls' tools, beside the one-step rule), clarification recall and precision
+where a turn withholds a parameter, where each failed episode broke, the distillation-seed
 statistics, and each chunk's wall time.
 """
 
@@ -716,14 +717,13 @@ def render_report(report: dict[str, Any], stamp: dict[str, Any]) -> str:
               if any((c["arms"][a].get("clarification_recall") or {}).get("value") is not None for a in arms)]
     if asking:
         # questions asked and needed per task beside the rates: asking in every turn reaches full recall
-        ran = [a for a in arms if any("clarification_recall" in c["arms"][a] for c in asking)]
         lines += ["", "Clarifications (multi-turn BFCL; miss_param withholds a parameter in some turns): recall, "
                   "the turns needing a question where the Planner asked, and precision, the turns it asked that "
                   "needed one, in percent over turns with an interval over tasks; asked / needed: questions per "
                   "task:", "",
                   "| condition | arm | recall | precision | asked / needed |", "|---|---|---:|---:|---:|"]
         for c in asking:
-            for a in (a for a in ran if "clarification_recall" in c["arms"][a]):
+            for a in (a for a in arms if "clarification_recall" in c["arms"][a]):  # the arms that ran it
                 f = c["arms"][a]
                 lines.append(f"| {c['name']} | {a} | {_pct(f['clarification_recall'])} | "
                              f"{_pct(f['clarification_precision'])} | {f['clarifications_asked_per_task']['value']:.2f}"

@@ -19,6 +19,24 @@ def recipe(tmp_path, **over):
     return path
 
 
+def finish_multi_turn_chunk(config, chunk, checkers):
+    """Write ``chunk`` as finished: each arm's failed episodes with the given checker records
+    (one per task, in order), and a stamp holding every command of the chunk."""
+    for arm, records in checkers.items():
+        folder = chunk.folder / arm
+        folder.mkdir(parents=True)
+        (folder / "episodes.jsonl").write_text("".join(
+            json.dumps({"task_id": t, "success": False, "errored": False, "checker": r}) + "\n"
+            for t, r in zip(chunk.tasks, records)))
+    commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x", "wall_s": 1.0}
+                for c in bench_e2e.chunk_commands(config, chunk)}
+    (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 2.0,
+                                                         "finished_at": "now", "commands": commands}))
+
+
+REPORT_STAMP = {"command": "c", "commit": "x", "dirty": False, "date": "d", "machine": {}}
+
+
 def test_the_base_runs_beside_the_first_adapter_set_and_other_arms_alone(tmp_path):
     (tmp_path / "adapters").mkdir()
     config = bench_e2e.load_bench(recipe(tmp_path, arms=[
@@ -279,24 +297,15 @@ def test_per_turn_success_is_paired_over_the_base_and_between_the_recipes_arms(t
     config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=3, contrasts=[["d0", "d1"]], conditions=[
         {"name": "mt", "env": "bfcl", "category": "multi_turn_base", "tasks": 3}]))
     (chunk,) = bench_e2e.plan_chunks(config)
-    for arm, passed in turns_passed.items():
-        folder = chunk.folder / arm
-        folder.mkdir(parents=True)
-        (folder / "episodes.jsonl").write_text("".join(
-            json.dumps({"task_id": t, "success": False, "errored": False,
-                        "checker": {"turns": 4, "turns_passed": n}}) + "\n" for t, n in zip(chunk.tasks, passed)))
-    commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x", "wall_s": 1.0}
-                for c in bench_e2e.chunk_commands(config, chunk)}
-    (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 2.0,
-                                                         "finished_at": "now", "commands": commands}))
+    finish_multi_turn_chunk(config, chunk, {arm: [{"turns": 4, "turns_passed": n} for n in passed]
+                                            for arm, passed in turns_passed.items()})
     report = bench_e2e.build_report(config, [chunk])
     (condition,) = report["conditions"]
     assert condition["arms"]["d0"]["delta_vs_base"]["value"] == 0.0  # success: nothing to tell apart
     assert condition["arms"]["d0"]["per_turn_delta_vs_base"]["value"] == pytest.approx(3 / 12)
     assert condition["arms"]["d1"]["per_turn_delta_vs_base"]["value"] == 0.0
     assert condition["per_turn_contrasts"]["d0 − d1"]["value"] == pytest.approx(3 / 12)
-    rendered = bench_e2e.render_report(report, {"command": "c", "commit": "x", "dirty": False, "date": "d",
-                                                "machine": {}})
+    rendered = bench_e2e.render_report(report, REPORT_STAMP)
     assert "| Δ d0 − base | Δ d1 − base | d0 − d1 |" in rendered
     assert "| mt | 8.3 [" in rendered and "| 25.0 [" in rendered
 
@@ -309,25 +318,15 @@ def test_clarifications_are_reported_per_arm_where_a_turn_withholds_a_parameter(
     config = bench_e2e.load_bench(recipe(tmp_path, arms=arms, chunk_tasks=2, conditions=[
         {"name": "mp", "env": "bfcl", "category": "multi_turn_miss_param", "tasks": 2}]))
     (chunk,) = bench_e2e.plan_chunks(config)
-    for arm, arm_records in records.items():
-        folder = chunk.folder / arm
-        folder.mkdir(parents=True)
-        (folder / "episodes.jsonl").write_text("".join(
-            json.dumps({"task_id": t, "success": False, "errored": False,
-                        "checker": {"turns": 4, "turns_passed": 0, "clarifications": r}}) + "\n"
-            for t, r in zip(chunk.tasks, arm_records)))
-    commands = {",".join(bench_e2e.command_arms(c)): {"key": "sha256:x", "wall_s": 1.0}
-                for c in bench_e2e.chunk_commands(config, chunk)}
-    (chunk.folder / "stamp.json").write_text(json.dumps({"tasks": chunk.tasks, "wall_s": 2.0,
-                                                         "finished_at": "now", "commands": commands}))
+    finish_multi_turn_chunk(config, chunk, {arm: [{"turns": 4, "turns_passed": 0, "clarifications": r} for r in rs]
+                                            for arm, rs in records.items()})
     report = bench_e2e.build_report(config, [chunk])
     (condition,) = report["conditions"]
     assert condition["arms"]["base"]["clarification_recall"]["value"] == 0.0
     assert condition["arms"]["base"]["clarification_precision"]["value"] is None  # it asked nothing
     assert condition["arms"]["d0"]["clarification_recall"]["value"] == 1.0
     assert condition["arms"]["d0"]["clarification_precision"]["value"] == pytest.approx(2 / 3)
-    rendered = bench_e2e.render_report(report, {"command": "c", "commit": "x", "dirty": False, "date": "d",
-                                                "machine": {}})
+    rendered = bench_e2e.render_report(report, REPORT_STAMP)
     assert "| mp | base | 0.0 [0.0, 0.0] | – | 0.00 / 1.00 |" in rendered
     assert "| mp | d0 | 100.0 [100.0, 100.0] | 66.7 [50.0, 100.0] | 1.50 / 1.00 |" in rendered
 
